@@ -1,0 +1,208 @@
+"""Target relaxations: how far the accepted distribution may move from the verifier's.
+
+Speculative Diffusion is a Tale of Two Tradeoffs (first paper in shared/seeds), Section 2 and
+Appendix E. Each rule turns the verifier distribution p into a relaxed target p~ at every
+drafted position, and verification then runs rejection sampling against p~.
+
+Every rule here writes p~ in one affine form, per position (all coefficients are [b, B]):
+
+    p~ = p_coef * p + q_coef * q + onehot_coef * onehot(y)
+
+with y the drafted token and q the proposal. This covers all four rules:
+
+    Lossless      p~ = p
+    Linear(lam)   p~ = (1 - lam) p + lam q                       (Theorem 1, Eq. 5)
+    TVBudget(eps) Linear with lam = min(1, eps / TV(p, q))       (Theorem 1)
+    Cactus(delta) p~(y) = gamma*, p~(v) = (1 - gamma*)/(1 - p(y)) p(v) for v != y   (Eq. 17)
+
+so verification only ever needs p and q at the drafted token, plus whole rows of p and q at the
+few positions where it samples a residual.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import torch
+
+
+class Relaxation(NamedTuple):
+    """Coefficients of p~ = p_coef * p + q_coef * q + onehot_coef * onehot(y). Each is [b, B]."""
+
+    p_coef: torch.Tensor
+    q_coef: torch.Tensor
+    onehot_coef: torch.Tensor
+
+    def at_draft(self, p_draft: torch.Tensor, q_draft: torch.Tensor) -> torch.Tensor:
+        """p~(y) from p(y) and q(y), each [b, B]; clamped to [0, 1] against rounding."""
+        relaxed = self.p_coef * p_draft + self.q_coef * q_draft + self.onehot_coef
+        return relaxed.clamp(0.0, 1.0)
+
+
+@dataclass(frozen=True)
+class Lossless:
+    """Classic speculative sampling: the target is the verifier p itself."""
+
+    needs_tv = False
+    lossless = True
+
+    def relax(self, p_draft, q_draft, tv=None) -> Relaxation:
+        ones = torch.ones_like(p_draft)
+        zeros = torch.zeros_like(p_draft)
+        return Relaxation(ones, zeros, zeros)
+
+
+@dataclass(frozen=True)
+class Linear:
+    """Linear acceptance: p~ = (1 - lam) p + lam q (Theorem 1, Eq. 5). lam in [0, 1]."""
+
+    lam: float
+    needs_tv = False
+
+    def __post_init__(self):
+        _check_number("Linear lam", self.lam)
+        if not 0.0 <= self.lam <= 1.0:
+            raise ValueError(f"Linear(lam): lam must lie in [0, 1], got {self.lam}")
+
+    @property
+    def lossless(self) -> bool:
+        return self.lam == 0.0
+
+    def relax(self, p_draft, q_draft, tv=None) -> Relaxation:
+        lam = torch.full_like(p_draft, self.lam)
+        return Relaxation(1.0 - lam, lam, torch.zeros_like(p_draft))
+
+
+@dataclass(frozen=True)
+class TVBudget:
+    """Best acceptance within a total-variation budget eps (Theorem 1).
+
+    Linear with lam = min(1, eps / TV(p, q)) at each position, and lam = 0 where TV = 0.
+    """
+
+    eps: float
+    needs_tv = True
+
+    def __post_init__(self):
+        _check_number("TVBudget eps", self.eps)
+        if self.eps < 0.0:
+            raise ValueError(f"TVBudget(eps): eps must be >= 0, got {self.eps}")
+
+    @property
+    def lossless(self) -> bool:
+        return self.eps == 0.0
+
+    def lam(self, tv: torch.Tensor) -> torch.Tensor:
+        """Per-position lam, [b, B], from TV(p, q), [b, B]."""
+        safe_tv = torch.where(tv > 0, tv, torch.ones_like(tv))
+        return torch.where(tv > 0, (self.eps / safe_tv).clamp(max=1.0), torch.zeros_like(tv))
+
+    def relax(self, p_draft, q_draft, tv=None) -> Relaxation:
+        if tv is None:
+            raise ValueError("TVBudget needs TV(p, q) at every position")
+        lam = self.lam(tv)
+        return Relaxation(1.0 - lam, lam, torch.zeros_like(p_draft))
+
+
+@dataclass(frozen=True)
+class Cactus:
+    """Cactus (Hao and Mou, 2026) as modified in Appendix E: raise p(y) to gamma* within KL delta.
+
+    gamma* is the largest gamma >= p(y) with Phi(gamma) <= delta (Eq. 17). solver="newton" solves
+    it exactly; solver="taylor" uses Cactus's closed form min(p + sqrt(2 delta p (1 - p)), 1).
+    """
+
+    delta: float
+    solver: str = "newton"
+    needs_tv = False
+
+    def __post_init__(self):
+        _check_number("Cactus delta", self.delta)
+        if self.delta < 0.0:
+            raise ValueError(f"Cactus(delta): delta must be >= 0, got {self.delta}")
+        if self.solver not in ("newton", "taylor"):
+            raise ValueError(f"Cactus solver must be 'newton' or 'taylor', got {self.solver!r}")
+
+    @property
+    def lossless(self) -> bool:
+        return self.delta == 0.0
+
+    def gamma(self, p_draft: torch.Tensor) -> torch.Tensor:
+        if self.solver == "taylor":
+            return cactus_gamma_taylor(p_draft, self.delta)
+        return cactus_gamma(p_draft, self.delta)
+
+    def relax(self, p_draft, q_draft, tv=None) -> Relaxation:
+        gamma = self.gamma(p_draft).to(p_draft.dtype)
+        rest = 1.0 - p_draft
+        # p~(v) = (1 - gamma) / (1 - p(y)) * p(v) for v != y; when p(y) = 1, gamma = 1 and p~ = p.
+        scale = torch.where(rest > 0, (1.0 - gamma) / rest.clamp(min=1e-300), torch.zeros_like(rest))
+        onehot = gamma - scale * p_draft
+        return Relaxation(scale, torch.zeros_like(p_draft), onehot)
+
+
+RULES = (Lossless, Linear, TVBudget, Cactus)
+
+
+def check_rule(rule) -> None:
+    if not isinstance(rule, RULES):
+        names = ", ".join(r.__name__ for r in RULES)
+        raise ValueError(f"unknown rule {rule!r}: expected an instance of one of {names}")
+
+
+def _check_number(name: str, value) -> None:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or math.isnan(value):
+        raise ValueError(f"{name} must be a real number, got {value!r}")
+
+
+# --------------------------------------------------------------------------------------------
+# The Cactus solve (Appendix E, Eq. 17)
+# --------------------------------------------------------------------------------------------
+
+
+def bernoulli_kl(gamma: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+    """Phi(gamma) = gamma log(gamma/p) + (1 - gamma) log((1 - gamma)/(1 - p)) (Eq. 17)."""
+    return torch.xlogy(gamma, gamma) - torch.xlogy(gamma, p) + torch.xlogy(1 - gamma, 1 - gamma) - torch.xlogy(
+        1 - gamma, 1 - p
+    )
+
+
+def cactus_gamma(p_draft: torch.Tensor, delta: float, max_iters: int = 60, tol: float = 1e-12) -> torch.Tensor:
+    """gamma*: the largest gamma in [p, 1] with Phi(gamma) <= delta, by Newton's method (App. E).
+
+    Phi is convex on [p, 1], zero at p and increasing, with Phi(1) = log(1/p). So gamma* = 1 when
+    delta >= log(1/p); otherwise gamma* is the root of Phi(gamma) = delta in (p, 1). Newton's
+    method started to the right of a convex increasing function's root stays right of it and
+    converges monotonically; Pinsker's inequality Phi(gamma) >= 2 (gamma - p)^2 gives such a
+    start, gamma_0 = p + sqrt(delta / 2). Solved in float64 for p near 0 and near 1.
+
+    p_draft: [...] verifier probability of the drafted token. Returns gamma*, [...], float64.
+    """
+    p = p_draft.to(torch.float64).clamp(0.0, 1.0)
+    one_minus_p = 1.0 - p
+    if delta == 0.0:
+        return p.clone()
+    reaches_one = delta >= -torch.log(p)  # includes p = 1; p = 0 gives +inf and never reaches
+    # Interior start: right of the root, strictly inside (p, 1).
+    gamma = torch.minimum(p + math.sqrt(delta / 2.0), torch.full_like(p, 1.0 - 1e-15))
+    gamma = torch.maximum(gamma, p)
+    interior = ~reaches_one & (p > 0)
+    for _ in range(max_iters):
+        one_minus_gamma = 1.0 - gamma
+        phi = bernoulli_kl(gamma, p) - delta
+        # Phi'(gamma) = log(gamma / p) - log((1 - gamma) / (1 - p))
+        slope = torch.log(gamma / p) - torch.log(one_minus_gamma / one_minus_p)
+        step = torch.where(interior & (slope > 0), phi / slope, torch.zeros_like(phi))
+        gamma = torch.maximum(gamma - step, p).clamp(max=1.0)
+        if not bool((step.abs() > tol).any()):
+            break
+    gamma = torch.where(reaches_one, torch.ones_like(gamma), gamma)
+    gamma = torch.where(p > 0, gamma, torch.zeros_like(gamma))  # p(y) = 0: no finite KL lifts it
+    return gamma
+
+
+def cactus_gamma_taylor(p_draft: torch.Tensor, delta: float) -> torch.Tensor:
+    """Cactus's closed form from the Taylor expansion (Eq. 18): min(p + sqrt(2 delta p (1-p)), 1)."""
+    p = p_draft.to(torch.float64).clamp(0.0, 1.0)
+    return torch.clamp(p + torch.sqrt(2.0 * delta * p * (1.0 - p)), max=1.0)

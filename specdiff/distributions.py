@@ -1,0 +1,118 @@
+"""Read a batch of next-token distributions given as probabilities or as logits.
+
+Verification needs the probability of the drafted token at every position, and whole rows only
+at the one position per sequence where it samples. From logits, that costs one log-sum-exp per
+position and never a full probability tensor. `Distributions` hides which of the two it holds.
+"""
+from __future__ import annotations
+
+import torch
+
+PROB_SUM_TOLERANCE = 1e-3
+# Rows per block when reducing logits: a block's scratch copy should stay in the cache.
+_LSE_BLOCK_ELEMENTS = 1 << 20
+
+
+def compute_dtype(tensor: torch.Tensor) -> torch.dtype:
+    """float64 stays float64; everything else (float32, bfloat16, float16) is computed in float32."""
+    return torch.float64 if tensor.dtype == torch.float64 else torch.float32
+
+
+def logsumexp_lastdim(logits: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """log sum_v exp(logits[..., v]) in `dtype`, blocked over rows so temporaries stay in cache.
+
+    torch.logsumexp materialises exp(logits - max) for the whole tensor, which for a batch of
+    vocabulary-sized rows means several trips through main memory. Reducing a block of rows at a
+    time into one reused scratch buffer reads the logits from memory once.
+    logits: [..., V]. Returns [...].
+    """
+    vocab = logits.shape[-1]
+    flat = logits.reshape(-1, vocab)
+    num_rows = flat.shape[0]
+    out = torch.empty(num_rows, dtype=dtype, device=logits.device)
+    if logits.device.type != "cpu" or num_rows * vocab <= _LSE_BLOCK_ELEMENTS:
+        return torch.logsumexp(flat.to(dtype), dim=-1, out=out).reshape(logits.shape[:-1])
+    block_rows = max(1, _LSE_BLOCK_ELEMENTS // vocab)
+    scratch = torch.empty(block_rows, vocab, dtype=dtype)
+    for start in range(0, num_rows, block_rows):  # blocks of rows, for the cache; not per row
+        block = flat[start : start + block_rows]
+        buffer = scratch[: block.shape[0]]
+        row_max = block.amax(dim=-1, keepdim=True).to(dtype)
+        row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))
+        torch.sub(block, row_max, out=buffer)
+        buffer.exp_()
+        torch.log(buffer.sum(dim=-1), out=out[start : start + block.shape[0]])
+        out[start : start + block.shape[0]] += row_max.squeeze(-1)
+    return out.reshape(logits.shape[:-1])
+
+
+class Distributions:
+    """A batch of distributions over V tokens, [b, P, V], stored as probabilities or logits."""
+
+    def __init__(self, values: torch.Tensor, kind: str, name: str, dtype: torch.dtype, validate: bool = True):
+        self.values = values
+        self.kind = kind
+        self.name = name
+        self.dtype = dtype
+        self.log_normalizer = None  # [b, P], logits only
+        if kind == "logits":
+            self.log_normalizer = logsumexp_lastdim(values, dtype)
+            if validate:
+                _check_log_normalizer(self.log_normalizer, name)
+        elif validate:
+            _check_probabilities(values, name)
+
+    @property
+    def shape(self):
+        return self.values.shape
+
+    def at(self, tokens: torch.Tensor, num_positions: int | None = None) -> torch.Tensor:
+        """Probability of tokens[:, i] at position i. tokens: [b, B]. Returns [b, B] in dtype."""
+        num_positions = tokens.shape[1] if num_positions is None else num_positions
+        values = self.values[:, :num_positions]
+        picked = values.gather(-1, tokens.unsqueeze(-1)).squeeze(-1).to(self.dtype)
+        if self.kind == "probs":
+            return picked
+        return torch.exp(picked - self.log_normalizer[:, :num_positions])
+
+    def rows(self, positions: torch.Tensor) -> torch.Tensor:
+        """The whole distribution at one position per sequence. positions: [b]. Returns [b, V]."""
+        batch_index = torch.arange(self.values.shape[0], device=self.values.device)
+        picked = self.values[batch_index, positions].to(self.dtype)  # [b, V]
+        if self.kind == "probs":
+            return picked
+        return torch.exp(picked - self.log_normalizer[batch_index, positions].unsqueeze(-1))
+
+    def dense(self, num_positions: int) -> torch.Tensor:
+        """All probabilities of the first num_positions positions, [b, num_positions, V]."""
+        values = self.values[:, :num_positions].to(self.dtype)
+        if self.kind == "probs":
+            return values
+        return torch.exp(values - self.log_normalizer[:, :num_positions].unsqueeze(-1))
+
+
+def _check_probabilities(probs: torch.Tensor, name: str) -> None:
+    if probs.numel() == 0:
+        return
+    totals = probs.sum(dim=-1, dtype=torch.float64)
+    if torch.isnan(totals).any():
+        raise ValueError(f"{name} contains NaN")
+    if torch.isinf(totals).any():
+        raise ValueError(f"{name} contains infinite values")
+    if (probs.amin() < 0).item():
+        raise ValueError(f"{name} has negative probabilities (min {probs.amin().item():.3g})")
+    worst = (totals - 1.0).abs().max().item()
+    if worst > PROB_SUM_TOLERANCE:
+        raise ValueError(
+            f"{name} rows must sum to 1 (tolerance {PROB_SUM_TOLERANCE}); worst row is off by {worst:.3g}. "
+            "Pass inputs='logits' if these are logits."
+        )
+
+
+def _check_log_normalizer(log_normalizer: torch.Tensor, name: str) -> None:
+    if torch.isnan(log_normalizer).any():
+        raise ValueError(f"{name} (logits) contains NaN")
+    if (log_normalizer == float("inf")).any():
+        raise ValueError(f"{name} (logits) contains +inf")
+    if (log_normalizer == float("-inf")).any():
+        raise ValueError(f"{name} (logits) has a row where every logit is -inf")

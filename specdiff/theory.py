@@ -1,0 +1,68 @@
+"""Closed forms for one position: what each rule should accept and emit.
+
+Used by `specdiff demo` to put theory beside measurement, and by the tests as the reference.
+Inputs are single distributions p (verifier) and q (proposal), [V], or batches [..., V].
+"""
+from __future__ import annotations
+
+import torch
+
+from specdiff.acceptance import Cactus, Linear, Lossless, TVBudget
+
+
+def total_variation(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """D_TV(p, q) = 1/2 sum_v |p(v) - q(v)| (Eq. 2)."""
+    return 0.5 * (p - q).abs().sum(dim=-1)
+
+
+def linear_lambda(rule, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """The interpolation weight lam of Linear or TVBudget at this position, [...]."""
+    if isinstance(rule, Linear):
+        return torch.full(p.shape[:-1], float(rule.lam), dtype=p.dtype)
+    if isinstance(rule, TVBudget):
+        return rule.lam(total_variation(p, q))
+    if isinstance(rule, Lossless):
+        return torch.zeros(p.shape[:-1], dtype=p.dtype)
+    raise ValueError(f"{type(rule).__name__} has no single lam")
+
+
+def acceptance_rate(rule, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """Probability that a token drawn from q is accepted at this position.
+
+    Lossless 1 - TV (Eq. 1); Linear 1 - (1 - lam) TV (Theorem 1); TVBudget 1 - max(TV - eps, 0);
+    Cactus E_{y~q}[min(1, gamma*(y) / q(y))].
+    """
+    if isinstance(rule, Cactus):
+        gamma = rule.gamma(p).to(p.dtype)  # gamma*(v) for every candidate v
+        safe_q = torch.where(q > 0, q, torch.ones_like(q))
+        return (q * torch.clamp(gamma / safe_q, max=1.0)).sum(dim=-1)
+    tv = total_variation(p, q)
+    return 1.0 - (1.0 - linear_lambda(rule, p, q)) * tv
+
+
+def emitted_distribution(rule, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """Distribution of the token that token verification emits at this position, [..., V].
+
+    Linear-type rules emit their target p~ = (1 - lam) p + lam q exactly. Cactus's target depends
+    on the drafted token y, so what it emits is the mixture over y ~ q of "accept y with
+    probability min(1, gamma*(y)/q(y)), else draw from norm([p~_y - q]+)".
+    """
+    if not isinstance(rule, Cactus):
+        lam = linear_lambda(rule, p, q).unsqueeze(-1)
+        return (1.0 - lam) * p + lam * q
+    vocab = p.shape[-1]
+    gamma = rule.gamma(p).to(p.dtype)  # [..., V] gamma*(y) for each possible draft y
+    rest = 1.0 - p
+    scale = torch.where(rest > 0, (1.0 - gamma) / rest.clamp(min=1e-300), torch.zeros_like(rest))  # [..., V]
+    # relaxed[..., y, v]: p~_y(v)
+    relaxed = scale.unsqueeze(-1) * p.unsqueeze(-2)
+    eye = torch.eye(vocab, dtype=p.dtype)
+    relaxed = relaxed * (1 - eye) + eye * gamma.unsqueeze(-1)
+    residual = (relaxed - q.unsqueeze(-2)).clamp(min=0)
+    mass = residual.sum(dim=-1, keepdim=True)
+    residual = torch.where(mass > 1e-12, residual / mass.clamp(min=1e-300), relaxed)
+    safe_q = torch.where(q > 0, q, torch.ones_like(q))
+    accept = torch.clamp(gamma / safe_q, max=1.0)  # [..., V]
+    accepted_part = q * accept
+    rejected_part = ((q * (1 - accept)).unsqueeze(-1) * residual).sum(dim=-2)
+    return accepted_part + rejected_part

@@ -1,0 +1,250 @@
+"""verify(): batched token and block verification of drafted tokens.
+
+Terms, per sequence (row) of the batch:
+- drafted: the B tokens y_1..y_B that the drafter proposed, with proposal q_i (or a point mass
+  on y_i when draft_probs is None);
+- accepted: the leading drafted tokens that verification keeps, num_accepted of them;
+- recovered: when a drafted token is rejected, the token drawn in its place from the residual
+  norm([p~ - q]+) (token) or norm([w p~ - q]+) (block);
+- bonus: when all B drafted tokens are accepted, one more token drawn from the unrelaxed
+  target p at position B+1.
+Each row therefore emits num_accepted + 1 tokens.
+
+Token verification is Algorithm 1 (lines 7-12) of "Speculative Diffusion is a Tale of Two
+Tradeoffs" with the relaxed target of `acceptance.py`. Block verification is Algorithm 2 of
+Sun et al. (2025), "Block Verification Accelerates Speculative Decoding", on the same relaxed
+target.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from specdiff.acceptance import Relaxation, check_rule, Lossless
+from specdiff.distributions import Distributions, compute_dtype
+
+METHODS = ("token", "block")
+INPUTS = ("probs", "logits")
+# A residual with less mass than this is treated as empty: sample from the relaxed target.
+EMPTY_RESIDUAL = 1e-9
+
+
+@dataclass
+class VerifyResult:
+    num_accepted: torch.Tensor  # [b] long, 0..B
+    tokens: torch.Tensor  # [b, B+1] long: accepted draft, then the recovered or bonus token, then -1
+    accept_prob: torch.Tensor  # [b, B] min(1, p~(y)/q(y)) per drafted position (token); block: weights p_i
+
+    @property
+    def num_emitted(self) -> torch.Tensor:
+        return self.num_accepted + 1
+
+
+def verify(
+    draft_tokens: torch.Tensor,  # [b, B] long
+    draft_probs: torch.Tensor | None,  # [b, B, V], or None: point mass on each drafted token
+    target_probs: torch.Tensor,  # [b, B+1, V]: p after prefix + draft[:, :i], i = 0..B
+    rule=Lossless(),
+    method: str = "token",
+    generator: torch.Generator | None = None,
+    inputs: str = "probs",
+    validate: bool = True,
+) -> VerifyResult:
+    """Verify a batch of drafts against the target, exactly or under a relaxed target.
+
+    Probabilities are those actually sampled from (after temperature, top-p, top-k). With
+    inputs="logits", draft_probs and target_probs hold the matching logits instead (already
+    temperature-scaled and filtered: -inf where a token is excluded) and no full probability
+    tensor is formed. `validate` checks the inputs (one extra read of probability tensors).
+    """
+    check_rule(rule)
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}: expected one of {METHODS}")
+    if inputs not in INPUTS:
+        raise ValueError(f"unknown inputs {inputs!r}: expected one of {INPUTS}")
+    batch, block_len = _check_shapes(draft_tokens, draft_probs, target_probs)
+    draft_tokens = draft_tokens.long()
+    dtype = compute_dtype(target_probs)
+    device = target_probs.device
+
+    target = Distributions(target_probs, inputs, "target_probs", dtype, validate)
+    draft = Distributions(draft_probs, inputs, "draft_probs", dtype, validate) if draft_probs is not None else None
+
+    p_draft = target.at(draft_tokens, block_len)  # [b, B] p_i(y_i)
+    q_draft = draft.at(draft_tokens) if draft is not None else torch.ones_like(p_draft)  # [b, B] q_i(y_i)
+    if validate and (q_draft <= 0).any():
+        row, pos = (q_draft <= 0).nonzero()[0].tolist()
+        raise ValueError(
+            f"drafted token {draft_tokens[row, pos].item()} at row {row}, position {pos} has proposal "
+            "probability 0: it cannot have been drawn from draft_probs"
+        )
+
+    tv = _total_variation(target, draft, draft_tokens, block_len) if rule.needs_tv else None
+    relax = rule.relax(p_draft, q_draft, tv)
+    relaxed_draft = relax.at_draft(p_draft, q_draft)  # [b, B] p~_i(y_i)
+    ratio = relaxed_draft / q_draft  # [b, B]
+
+    uniforms = torch.rand(batch, block_len + 1, generator=generator, device=device, dtype=torch.float64)
+    if method == "token":
+        # u < p~(y)/q(y): accept the drafted token (always when p~(y) >= q(y)).
+        accepted = uniforms[:, :block_len] < ratio
+        num_accepted = accepted.long().cumprod(dim=-1).sum(dim=-1)  # [b]
+        accept_prob = ratio.clamp(max=1.0)
+        residual_weight = torch.ones(batch, dtype=dtype, device=device)  # [b]
+    else:
+        weights = _block_weights(ratio)  # [b, B+1]: p_0 = 1, p_i
+        residual_mass = _block_residual_mass(target, draft, draft_tokens, relax, relaxed_draft, weights)  # [b, B]
+        num_accepted = _block_stop(weights, residual_mass, uniforms)
+        accept_prob = weights[:, 1:]
+        residual_weight = weights.gather(1, num_accepted.unsqueeze(1)).squeeze(1)  # [b] p_tau
+
+    next_token = _sample_next(target, draft, draft_tokens, relax, num_accepted, residual_weight, generator)
+    tokens = _assemble(draft_tokens, num_accepted, next_token)
+    return VerifyResult(num_accepted=num_accepted, tokens=tokens, accept_prob=accept_prob)
+
+
+def _block_weights(ratio: torch.Tensor) -> torch.Tensor:
+    """Sun et al.'s weights p_0 = 1, p_i = min(1, p_{i-1} * ratio_i), all at once.
+
+    In log space x_i = min(0, x_{i-1} + log ratio_i) with x_0 = 0, which unrolls to
+    x_i = S_i - max_{j <= i} S_j for the prefix sums S (S_0 = 0).
+    ratio: [b, B]. Returns [b, B+1].
+    """
+    log_ratio = torch.log(ratio)  # ratio > 0 where it matters; log 0 = -inf stays -inf
+    prefix = torch.cat([torch.zeros_like(log_ratio[:, :1]), log_ratio.cumsum(dim=-1)], dim=-1)  # [b, B+1]
+    prefix = torch.nan_to_num(prefix, nan=float("-inf"))
+    return torch.exp(prefix - prefix.cummax(dim=-1).values).clamp(max=1.0)
+
+
+def _block_residual_mass(target, draft, draft_tokens, relax: Relaxation, relaxed_draft, weights) -> torch.Tensor:
+    """Z_{i+1} = sum_x max(p_i p~_{i+1}(x) - q_{i+1}(x), 0) for i = 0..B-1. Returns [b, B]."""
+    block_len = draft_tokens.shape[1]
+    w = weights[:, :block_len]  # [b, B] p_0..p_{B-1}
+    if draft is None:
+        # q_{i+1} is a point mass on y_{i+1}: the sum is p_i (1 - p~_{i+1}(y_{i+1})).
+        return w * (1.0 - relaxed_draft)
+    p_dense = target.dense(block_len)  # [b, B, V]
+    q_dense = draft.dense(block_len)  # [b, B, V]
+    relaxed = _relaxed_rows(p_dense, q_dense, draft_tokens, relax.p_coef, relax.q_coef, relax.onehot_coef)
+    return (w.unsqueeze(-1) * relaxed - q_dense).clamp(min=0).sum(dim=-1)
+
+
+def _block_stop(weights: torch.Tensor, residual_mass: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """tau = the largest i in 0..B with eta_i <= h_i (Sun et al., Algorithm 2).
+
+    h_i = Z_{i+1} / (Z_{i+1} + 1 - p_i) for i < B, h_B = p_B; h_0 = 1 since p_0 = 1. Where
+    Z_{i+1} + 1 - p_i = 0 (p_i = 1 and nothing left to correct) h_i = 1.
+    """
+    block_len = residual_mass.shape[1]
+    w = weights[:, :block_len]
+    denominator = residual_mass + (1.0 - w)
+    h = torch.where(denominator > 0, residual_mass / denominator.clamp(min=1e-300), torch.ones_like(w))
+    h = torch.cat([h, weights[:, block_len:]], dim=-1)  # [b, B+1]
+    h[:, 0] = 1.0
+    stops = uniforms <= h  # [b, B+1]
+    index = torch.arange(block_len + 1, device=weights.device)
+    return torch.where(stops, index, torch.zeros_like(index)).amax(dim=-1)
+
+
+def _relaxed_rows(p_rows, q_rows, tokens, p_coef, q_coef, onehot_coef) -> torch.Tensor:
+    """p~ = p_coef p + q_coef q + onehot_coef onehot(y) on whole rows. rows: [..., V]; rest: [...]."""
+    relaxed = p_coef.unsqueeze(-1) * p_rows
+    if q_rows is not None:
+        relaxed = relaxed + q_coef.unsqueeze(-1) * q_rows
+    else:  # point-mass proposal: q = onehot(y)
+        onehot_coef = onehot_coef + q_coef
+    relaxed = relaxed.scatter_add(-1, tokens.unsqueeze(-1), onehot_coef.unsqueeze(-1).to(relaxed.dtype))
+    return relaxed.clamp(min=0.0)
+
+
+def _sample_next(target, draft, draft_tokens, relax: Relaxation, num_accepted, residual_weight, generator):
+    """The recovered token (stop position k < B) or the bonus token (k = B), one per row.
+
+    Recovered: from norm(max(w p~_k - q_k, 0)), w = 1 for token verification and p_tau for block;
+    if that residual is numerically empty, from p~_k. Bonus: from the unrelaxed p_{B+1}.
+    """
+    batch, block_len = draft_tokens.shape
+    rows = torch.arange(batch, device=draft_tokens.device)
+    stop = num_accepted  # [b] 0..B, index into the B+1 target positions
+    is_bonus = stop == block_len  # [b]
+    draft_pos = stop.clamp(max=block_len - 1)
+    p_row = target.rows(stop)  # [b, V]
+    q_row = draft.rows(draft_pos) if draft is not None else None  # [b, V]
+    token_at = draft_tokens[rows, draft_pos]  # [b]
+    # Bonus rows: p~ = p exactly, and nothing is subtracted.
+    keep = ~is_bonus
+    p_coef = torch.where(keep, relax.p_coef[rows, draft_pos], torch.ones_like(residual_weight))
+    q_coef = torch.where(keep, relax.q_coef[rows, draft_pos], torch.zeros_like(residual_weight))
+    onehot_coef = torch.where(keep, relax.onehot_coef[rows, draft_pos], torch.zeros_like(residual_weight))
+    relaxed = _relaxed_rows(p_row, q_row, token_at, p_coef, q_coef, onehot_coef)  # [b, V]
+    q_full = q_row if q_row is not None else torch.zeros_like(p_row).scatter_(-1, token_at.unsqueeze(-1), 1.0)
+    weight = torch.where(keep, residual_weight, torch.ones_like(residual_weight)).unsqueeze(-1)
+    subtract = keep.to(p_row.dtype).unsqueeze(-1)
+    residual = (weight * relaxed - subtract * q_full).clamp(min=0.0)  # [b, V]
+    empty = residual.sum(dim=-1, keepdim=True) <= EMPTY_RESIDUAL
+    residual = torch.where(empty, relaxed, residual)
+    return sample_categorical(residual, generator)
+
+
+def sample_categorical(weights: torch.Tensor, generator=None) -> torch.Tensor:
+    """One draw per row from unnormalised non-negative weights, [b, V], by inverse CDF in float64."""
+    cdf = weights.to(torch.float64).cumsum(dim=-1)  # [b, V]
+    total = cdf[:, -1:]
+    u = torch.rand(weights.shape[0], 1, generator=generator, device=weights.device, dtype=torch.float64)
+    index = torch.searchsorted(cdf, u * total, right=True).squeeze(-1)
+    # right=True skips zero-weight tokens; clamp guards u * total == total from rounding.
+    return index.clamp(max=weights.shape[-1] - 1)
+
+
+def _total_variation(target, draft, draft_tokens, block_len) -> torch.Tensor:
+    """TV(p_i, q_i) at every drafted position, [b, B]. Point mass: 1 - p_i(y_i)."""
+    if draft is None:
+        return 1.0 - target.at(draft_tokens, block_len)
+    return 0.5 * (target.dense(block_len) - draft.dense(block_len)).abs().sum(dim=-1)
+
+
+def _assemble(draft_tokens, num_accepted, next_token) -> torch.Tensor:
+    """[b, B+1]: accepted draft tokens, then next_token, then -1."""
+    batch, block_len = draft_tokens.shape
+    index = torch.arange(block_len + 1, device=draft_tokens.device).unsqueeze(0)  # [1, B+1]
+    padded = torch.cat([draft_tokens, draft_tokens.new_full((batch, 1), -1)], dim=1)
+    tokens = torch.where(index < num_accepted.unsqueeze(1), padded, torch.full_like(padded, -1))
+    return tokens.scatter(1, num_accepted.unsqueeze(1), next_token.unsqueeze(1))
+
+
+def _check_shapes(draft_tokens, draft_probs, target_probs) -> tuple[int, int]:
+    if not isinstance(draft_tokens, torch.Tensor) or draft_tokens.dim() != 2:
+        raise ValueError(f"draft_tokens must be a [b, B] tensor, got shape {tuple(getattr(draft_tokens, 'shape', ()))}")
+    if draft_tokens.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8):
+        raise ValueError(f"draft_tokens must be an integer tensor, got {draft_tokens.dtype}")
+    batch, block_len = draft_tokens.shape
+    if block_len < 1:
+        raise ValueError("draft_tokens must hold at least one drafted token per row (B >= 1)")
+    if not isinstance(target_probs, torch.Tensor) or target_probs.dim() != 3:
+        raise ValueError(f"target_probs must be a [b, B+1, V] tensor, got shape {tuple(getattr(target_probs, 'shape', ()))}")
+    if tuple(target_probs.shape[:2]) != (batch, block_len + 1):
+        raise ValueError(
+            f"target_probs has shape {tuple(target_probs.shape)} but draft_tokens is [{batch}, {block_len}]: "
+            f"expected [{batch}, {block_len + 1}, V]"
+        )
+    if not target_probs.is_floating_point():
+        raise ValueError(f"target_probs must be floating point, got {target_probs.dtype}")
+    vocab = target_probs.shape[-1]
+    if draft_probs is not None:
+        if not isinstance(draft_probs, torch.Tensor) or draft_probs.dim() != 3:
+            raise ValueError("draft_probs must be a [b, B, V] tensor or None")
+        if tuple(draft_probs.shape[:2]) != (batch, block_len):
+            raise ValueError(f"draft_probs has shape {tuple(draft_probs.shape)}, expected [{batch}, {block_len}, V]")
+        if draft_probs.shape[-1] != vocab:
+            raise ValueError(
+                f"draft and target vocabularies differ: draft_probs has V={draft_probs.shape[-1]}, "
+                f"target_probs has V={vocab}"
+            )
+        if draft_probs.device != target_probs.device:
+            raise ValueError(f"draft_probs is on {draft_probs.device} but target_probs is on {target_probs.device}")
+    if draft_tokens.device != target_probs.device:
+        raise ValueError(f"draft_tokens is on {draft_tokens.device} but target_probs is on {target_probs.device}")
+    if batch and ((draft_tokens < 0).any() or (draft_tokens >= vocab).any()):
+        raise ValueError(f"draft_tokens must lie in [0, {vocab}) (the vocabulary size)")
+    return batch, block_len

@@ -1,0 +1,45 @@
+"""Configurations of the shipped testbed models: architecture, training recipe and seed, and
+default sampling settings. `specdiff zoo train NAME` reproduces a model from its entry here.
+
+- `verifier`: Qwen3 causal LM, the strong autoregressive target.
+- `ar-drafter`: a much smaller Qwen3 causal LM, the classic speculative-decoding baseline.
+- `masked-drafter`: Dream-style masked diffusion LM: the same Qwen3 backbone run with bidirectional
+  attention, logits shifted by one position (logit i predicts token i+1), a mask token, trained with
+  the MDLM objective on the answer given the prompt. Initialised from `ar-drafter`, as Dream was
+  from Qwen2.5 (it cannot start from the verifier: it re-encodes every position at every denoising
+  step without a cache, so it must be several times cheaper than a verifier round).
+"""
+from __future__ import annotations
+
+CANVAS_TOKENS = 80  # masked drafter: answer canvas, answer + eos padding (max answer is 79 tokens)
+
+# Qwen3Config keyword arguments; vocab and special token ids are filled in from the tokenizer.
+ARCHITECTURES = {
+    "verifier": dict(hidden_size=256, num_hidden_layers=6, num_attention_heads=4, num_key_value_heads=2,
+                     head_dim=64, intermediate_size=768),
+    "ar-drafter": dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                       head_dim=32, intermediate_size=384),
+    "masked-drafter": dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                           head_dim=32, intermediate_size=384),
+}
+
+COMMON_ARCHITECTURE = dict(max_position_embeddings=192, tie_word_embeddings=True, rope_theta=10000.0,
+                           rms_norm_eps=1e-6, attention_dropout=0.0)
+
+TRAINING = {
+    "verifier": dict(objective="ar", steps=2400, batch_size=64, lr=2e-3, warmup=100, weight_decay=0.1,
+                     seed=1, init_from=None),
+    "ar-drafter": dict(objective="ar", steps=2400, batch_size=64, lr=3e-3, warmup=100, weight_decay=0.1,
+                       seed=2, init_from=None),
+    "masked-drafter": dict(objective="mdlm", steps=3000, batch_size=64, lr=3e-3, warmup=100, weight_decay=0.1,
+                           seed=3, init_from="ar-drafter"),
+}
+
+# Default sampling settings, after the first paper's Table 3 (Qwen2.5 verifier; Dream standalone).
+SAMPLING = {
+    "verifier": dict(temperature=0.7, top_p=0.8, top_k=20),
+    "ar-drafter": dict(temperature=0.7, top_p=0.8, top_k=20),
+    "masked-drafter": dict(temperature=0.2, top_p=0.95, top_k=0, order="entropy"),
+}
+
+MODEL_NAMES = tuple(ARCHITECTURES)

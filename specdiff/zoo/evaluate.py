@@ -1,0 +1,143 @@
+"""`specdiff zoo eval`: standalone quality and speed of the shipped models on `arith` test problems.
+
+Per model: exact-match accuracy on the first n test problems at its default sampling settings
+(verifier and ar-drafter: autoregressive sampling with KV cache; masked-drafter: standalone, the
+whole canvas masked, K = canvas length steps, entropy order), parameter count, mean answer length
+in tokens, and ms per step. A step is what one speculative round costs the model on this task:
+- verifier: one cached forward over B+1 = 17 new tokens after a typical prefix (a verifier round);
+- ar-drafter: one cached forward over 1 new token (one drafted token);
+- masked-drafter: one uncached bidirectional forward over prompt + prefix + block at the typical
+  length (mean prompt + mean answer + 1 tokens), i.e. one denoising step.
+Timing: batch 1, torch threads as set (default 2), warm-up, median of repeats.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+from specdiff.eval import tasks
+from specdiff.zoo import configs
+
+VERIFY_TOKENS = 17  # B + 1 with block B = 16
+
+
+def _left_pad(rows: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-pads token rows. Returns ids [b, L] and mask [b, L] (1 on real tokens)."""
+    length = max(map(len, rows))
+    ids = torch.tensor([[pad] * (length - len(r)) + r for r in rows])
+    mask = torch.tensor([[0] * (length - len(r)) + [1] * len(r) for r in rows])
+    return ids, mask
+
+
+def _cut_at_eos(ids: list[int], tokenizer) -> list[int]:
+    out = []
+    for t in ids:
+        if t in (tokenizer.eos_token_id, tokenizer.pad_token_id):
+            break
+        out.append(t)
+    return out
+
+
+@torch.no_grad()
+def generate_answers(model, tokenizer, name: str, prompts: list[str], greedy: bool = False, seed: int = 0,
+                     batch_size: int = 100, max_new_tokens: int = configs.CANVAS_TOKENS,
+                     return_ids: bool = False):
+    """Answers of zoo model `name` to `prompts`, at its default sampling settings (or greedy)."""
+    sampling = configs.SAMPLING[name]
+    torch.manual_seed(seed)
+    generator = torch.Generator().manual_seed(seed)
+    texts, id_rows = [], []
+    for start in range(0, len(prompts), batch_size):
+        rows = [tokenizer(p).input_ids for p in prompts[start:start + batch_size]]
+        ids, mask = _left_pad(rows, tokenizer.pad_token_id)
+        if configs.TRAINING[name]["objective"] == "mdlm":
+            from specdiff.drafters.masked import MaskedDiffusionDrafter
+
+            drafter = MaskedDiffusionDrafter(model, tokenizer.mask_token_id, tokenizer.pad_token_id,
+                                             temperature=0.0 if greedy else sampling["temperature"],
+                                             top_p=sampling["top_p"], top_k=sampling["top_k"], order=sampling["order"])
+            new = drafter.generate(ids, mask.bool(), max_new_tokens, steps=max_new_tokens, generator=generator)
+        else:
+            kwargs = dict(do_sample=False) if greedy else dict(do_sample=True, **{k: sampling[k] for k in ("temperature", "top_p", "top_k")})
+            out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens,
+                                 eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, **kwargs)
+            new = out[:, ids.shape[1]:]
+        for row in new.tolist():
+            answer_ids = _cut_at_eos(row, tokenizer)
+            id_rows.append(answer_ids)
+            texts.append(tokenizer.decode(answer_ids, skip_special_tokens=True))
+    return (texts, id_rows) if return_ids else texts
+
+
+def _median_ms(fn, repeats: int = 30, warmup: int = 5) -> float:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return 1000 * statistics.median(times)
+
+
+@torch.no_grad()
+def step_ms(model, name: str, typical_length: int, repeats: int = 30) -> float:
+    """Milliseconds of one step of zoo model `name` at batch 1 (see module docstring)."""
+    from transformers import DynamicCache
+
+    vocab = model.config.vocab_size
+    ids = torch.randint(5, vocab, (1, typical_length))
+    if configs.TRAINING[name]["objective"] == "mdlm":
+        from specdiff.drafters.masked import masked_logits
+
+        key_mask = torch.ones_like(ids, dtype=torch.bool)
+        return _median_ms(lambda: masked_logits(model, ids, key_mask), repeats)
+    new = VERIFY_TOKENS if name == "verifier" else 1
+    prefix = ids[:, : typical_length - new]
+    cache = DynamicCache(config=model.config)
+    model(input_ids=prefix, past_key_values=cache, use_cache=True)
+    prefix_length = prefix.shape[1]
+
+    def one_round():
+        model(input_ids=ids[:, prefix_length:], past_key_values=cache, use_cache=True)
+        cache.crop(prefix_length)  # roll back, as after a rejected draft
+
+    return _median_ms(one_round, repeats)
+
+
+def evaluate(names=configs.MODEL_NAMES, n: int = 500, seed: int = 0, threads: int = 2, batch_size: int = 100,
+             progress: bool = True) -> dict:
+    """Quality and speed of the shipped models on the first `n` arith test problems."""
+    from specdiff.zoo import load, tokenizer as load_tokenizer
+
+    torch.set_num_threads(threads)
+    tokenizer = load_tokenizer()
+    problems = tasks.arith_problems("test", n)
+    prompts, targets = [p.prompt for p in problems], [p.target for p in problems]
+    prompt_tokens = statistics.mean(len(tokenizer(p).input_ids) for p in prompts)
+    reference_tokens = statistics.mean(len(tokenizer(p.answer, add_special_tokens=False).input_ids) for p in problems)
+    typical_length = round(prompt_tokens + reference_tokens + 1)
+    results = {"task": "arith", "split": "test", "n": n, "seed": seed, "threads": threads,
+               "mean_prompt_tokens": round(prompt_tokens, 2), "mean_reference_answer_tokens": round(reference_tokens, 2),
+               "typical_length": typical_length, "models": {}}
+    for name in names:
+        model = load(name)
+        start = time.time()
+        texts, id_rows = generate_answers(model, tokenizer, name, prompts, seed=seed, batch_size=batch_size,
+                                          return_ids=True)
+        correct = [tasks.is_correct(t, y) for t, y in zip(texts, targets)]
+        accuracy = sum(correct) / n
+        results["models"][name] = {
+            "accuracy": round(accuracy, 4),
+            "stderr": round((accuracy * (1 - accuracy) / n) ** 0.5, 4),
+            "params": sum(p.numel() for p in model.parameters()),
+            "mean_answer_tokens": round(statistics.mean(len(r) for r in id_rows), 2),
+            "ms_per_step": round(step_ms(model, name, typical_length), 3),
+            "sampling": configs.SAMPLING[name],
+            "eval_seconds": round(time.time() - start, 1),
+        }
+        if progress:
+            print(f"{name}: {results['models'][name]}", flush=True)
+    return results

@@ -1,0 +1,216 @@
+"""Training of the testbed models (`specdiff zoo train NAME`).
+
+- Autoregressive objective (verifier, ar-drafter): next-token cross-entropy on the answer and its
+  eos, given `bos + prompt`.
+- MDLM objective (masked-drafter), as Dream / LLaDA SFT: the answer canvas (answer, then eos up to
+  CANVAS_TOKENS) is masked with probability t ~ U(eps, 1) per sequence, the prompt never;
+  bidirectional attention; the logit at position i predicts token i+1 (Dream's shift); loss is the
+  cross-entropy on masked canvas tokens weighted by 1/t, averaged over canvas tokens.
+
+Every batch is a pure function of (seed, step) — fresh problems from the train split — so a run
+resumes exactly from its last checkpoint (`runs/zoo/NAME/checkpoint.pt`).
+"""
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from specdiff.eval import tasks
+from specdiff.zoo import configs
+
+MASK_EPS = 1e-3  # smallest masking ratio t
+
+
+def model_config(name: str, tokenizer):
+    """The `Qwen3Config` of a zoo model (vocab and special token ids from the tokenizer)."""
+    from transformers import Qwen3Config
+
+    config = Qwen3Config(
+        vocab_size=len(tokenizer), bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id, **configs.COMMON_ARCHITECTURE, **configs.ARCHITECTURES[name])
+    if configs.TRAINING[name]["objective"] == "mdlm":
+        config.is_causal = False  # documentation for loaders; the drafter also passes a full 4D mask
+        config.mask_token_id = tokenizer.mask_token_id
+        config.logits_shift = 1  # Dream: logit at position i predicts token i + 1
+    config.specdiff_role = name
+    return config
+
+
+def train_problems(seed: int, step: int, n: int) -> list[tasks.Problem]:
+    """The `n` training problems of one step: deterministic in (seed, step), train split only."""
+    rng = random.Random(seed * 1_000_003 + step * 7919 + 17)
+    out = []
+    while len(out) < n:
+        problem = tasks.make_problem(rng)
+        if tasks.split_of(problem.question) == "train":
+            out.append(problem)
+    return out
+
+
+def ar_batch(problems, tokenizer) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Right-padded `bos prompt answer eos`; labels are -100 except on answer + eos.
+    Returns input_ids [b, L], attention_mask [b, L], labels [b, L]."""
+    rows, label_rows = [], []
+    for p in problems:
+        prompt = tokenizer(p.prompt).input_ids  # with bos
+        answer = tokenizer(p.answer, add_special_tokens=False).input_ids + [tokenizer.eos_token_id]
+        rows.append(prompt + answer)
+        label_rows.append([-100] * len(prompt) + answer)
+    length = max(map(len, rows))
+    pad = tokenizer.pad_token_id
+    input_ids = torch.tensor([r + [pad] * (length - len(r)) for r in rows])
+    labels = torch.tensor([r + [-100] * (length - len(r)) for r in label_rows])
+    attention_mask = (torch.arange(length)[None, :] < torch.tensor([len(r) for r in rows])[:, None]).long()
+    return input_ids, attention_mask, labels
+
+
+def mdlm_batch(problems, tokenizer, canvas: int = configs.CANVAS_TOKENS):
+    """Right-padded `bos prompt canvas`, canvas = answer + eos * (canvas - len(answer)).
+    Returns x0 [b, L], key_mask [b, L] (True on real tokens), canvas_mask [b, L] (True on canvas)."""
+    rows, starts = [], []
+    for p in problems:
+        prompt = tokenizer(p.prompt).input_ids
+        answer = tokenizer(p.answer, add_special_tokens=False).input_ids[: canvas - 1]
+        answer = answer + [tokenizer.eos_token_id] * (canvas - len(answer))
+        rows.append(prompt + answer)
+        starts.append(len(prompt))
+    length = max(map(len, rows))
+    x0 = torch.tensor([r + [tokenizer.pad_token_id] * (length - len(r)) for r in rows])
+    position = torch.arange(length)[None, :]
+    lengths = torch.tensor([len(r) for r in rows])[:, None]
+    key_mask = position < lengths
+    canvas_mask = (position >= torch.tensor(starts)[:, None]) & key_mask
+    return x0, key_mask, canvas_mask
+
+
+def bidirectional_mask(key_mask: torch.Tensor) -> torch.Tensor:
+    """Full (non-causal) 4D boolean attention mask [b, 1, L, L] from a key mask [b, L]:
+    every query attends every real token. transformers passes a 4D mask through unchanged."""
+    b, length = key_mask.shape
+    return key_mask[:, None, None, :].expand(b, 1, length, length)
+
+
+def ar_loss(model, batch) -> torch.Tensor:
+    input_ids, attention_mask, labels = batch
+    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits  # [b, L, V]
+    return F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten(), ignore_index=-100)
+
+
+def mdlm_loss(model, batch, mask_token_id: int, generator: torch.Generator | None = None) -> torch.Tensor:
+    """MDLM loss (1/t-weighted masked cross-entropy) with Dream's shifted logits."""
+    x0, key_mask, canvas_mask = batch
+    b, length = x0.shape
+    t = MASK_EPS + (1 - MASK_EPS) * torch.rand(b, 1, generator=generator)  # [b, 1]
+    masked = canvas_mask & (torch.rand(b, length, generator=generator) < t)  # [b, L]
+    xt = torch.where(masked, torch.full_like(x0, mask_token_id), x0)
+    position_ids = torch.arange(length)[None, :].expand(b, length)
+    logits = model(input_ids=xt, attention_mask=bidirectional_mask(key_mask), position_ids=position_ids).logits
+    logits = logits[:, :-1]  # [b, L-1, V]: logit i predicts token i+1
+    targets, target_masked = x0[:, 1:], masked[:, 1:]
+    ce = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), reduction="none").view(b, length - 1)
+    weighted = (ce * target_masked / t).sum()
+    return weighted / canvas_mask.sum()
+
+
+def learning_rate(step: int, total: int, peak: float, warmup: int) -> float:
+    """Linear warmup, then cosine decay to 10% of the peak."""
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    progress = (step - warmup) / max(1, total - warmup)
+    return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+@torch.no_grad()
+def quick_accuracy(model, tokenizer, name: str, n: int = 64) -> float:
+    """Greedy / standalone exact match on the first `n` validation problems (a training-time probe)."""
+    from specdiff.zoo.evaluate import generate_answers
+
+    problems = tasks.arith_problems("validation", n)
+    was_training = model.training
+    model.eval()
+    texts = generate_answers(model, tokenizer, name, [p.prompt for p in problems], greedy=True, seed=0)
+    model.train(was_training)
+    return tasks.accuracy(texts, [p.target for p in problems])
+
+
+def train(name: str, run_dir: str | Path | None = None, out_dir: str | Path | None = None,
+          steps: int | None = None, threads: int | None = None, checkpoint_every: int = 200,
+          probe_every: int = 400, resume: bool = True, progress: bool = True) -> Path:
+    """Trains zoo model `name` from its config and seed; resumes from `run_dir/checkpoint.pt`.
+    Writes the final model with `save_pretrained` to `out_dir` (default: the package's model dir)."""
+    from tqdm import tqdm
+    from transformers import Qwen3ForCausalLM
+
+    from specdiff.zoo import load, model_dir, tokenizer as load_tokenizer
+
+    if threads:
+        torch.set_num_threads(threads)
+    recipe = dict(configs.TRAINING[name])
+    total = steps or recipe["steps"]
+    run_dir = Path(run_dir or Path("runs") / "zoo" / name)
+    out_dir = Path(out_dir or model_dir(name))
+    run_dir.mkdir(parents=True, exist_ok=True)
+    tokenizer = load_tokenizer()
+    config = model_config(name, tokenizer)
+
+    torch.manual_seed(recipe["seed"])
+    model = Qwen3ForCausalLM(config)
+    if recipe["init_from"]:
+        source = load(recipe["init_from"])
+        missing = model.load_state_dict(source.state_dict(), strict=False)
+        print(f"initialised from {recipe['init_from']} ({missing})")
+    model.train()
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": recipe["weight_decay"]},
+                                   {"params": no_decay, "weight_decay": 0.0}], lr=recipe["lr"], betas=(0.9, 0.98))
+    start, log = 0, []
+    checkpoint_path = run_dir / "checkpoint.pt"
+    if resume and checkpoint_path.exists():
+        state = torch.load(checkpoint_path, weights_only=False)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        start, log = state["step"], state["log"]
+        print(f"resumed {name} at step {start}")
+    generator = torch.Generator().manual_seed(recipe["seed"])
+    n_params = sum(p.numel() for p in model.parameters())
+    print(f"training {name}: {n_params / 1e6:.2f}M params, {total} steps of {recipe['batch_size']}", flush=True)
+
+    bar = tqdm(range(start, total), initial=start, total=total, desc=name, disable=not progress, mininterval=5)
+    began, ema = time.time(), None
+    for step in bar:
+        generator.manual_seed(recipe["seed"] * 1_000_003 + step)
+        problems = train_problems(recipe["seed"], step, recipe["batch_size"])
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate(step, total, recipe["lr"], recipe["warmup"])
+        if recipe["objective"] == "ar":
+            loss = ar_loss(model, ar_batch(problems, tokenizer))
+        else:
+            loss = mdlm_loss(model, mdlm_batch(problems, tokenizer), tokenizer.mask_token_id, generator)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        ema = loss.item() if ema is None else 0.98 * ema + 0.02 * loss.item()
+        bar.set_postfix(loss=f"{ema:.4f}")
+        done = step + 1
+        if done % probe_every == 0 or done == total:
+            acc = quick_accuracy(model, tokenizer, name)
+            log.append({"step": done, "loss": round(ema, 4), "val_acc64": acc,
+                        "seconds": round(time.time() - began, 1)})
+            print(json.dumps(log[-1]), flush=True)
+        if done % checkpoint_every == 0 or done == total:
+            torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": done,
+                        "log": log}, checkpoint_path)
+    model.eval()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out_dir)
+    (run_dir / "log.json").write_text(json.dumps(log, indent=1))
+    print(f"saved {name} to {out_dir} ({time.time() - began:.0f} s this session)")
+    return out_dir
