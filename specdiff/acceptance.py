@@ -206,3 +206,77 @@ def cactus_gamma_taylor(p_draft: torch.Tensor, delta: float) -> torch.Tensor:
     """Cactus's closed form from the Taylor expansion (Eq. 18): min(p + sqrt(2 delta p (1-p)), 1)."""
     p = p_draft.to(torch.float64).clamp(0.0, 1.0)
     return torch.clamp(p + torch.sqrt(2.0 * delta * p * (1.0 - p)), max=1.0)
+
+
+def cactus_emitted_distribution(p: torch.Tensor, q: torch.Tensor, gamma: torch.Tensor) -> torch.Tensor:
+    """C: the distribution that Cactus token verification emits at one position, in O(V log V).
+
+    For a draft y ~ q, Cactus accepts with a(y) = min(1, gamma*(y)/q(y)), else draws from
+    norm([p~_y - q]+) with p~_y(v) = s_y p(v) (v != y), s_y = (1 - gamma*(y))/(1 - p(y)).
+    With r(v) = q(v)/p(v), the residual is p(v)[s_y - r(v)]+ / Z_y off y (and 0 at y), so
+
+        C(v) = q(v) a(v) + p(v) (G(r(v)) - w_v [s_v - r(v)]+),   G(t) = sum_y w_y [s_y - t]+,
+        w_y = q(y) (1 - a(y)) / Z_y,   Z_y = F(s_y) - p(y)[s_y - r(y)]+,   F(s) = sum_v p(v)[s - r(v)]+.
+
+    F and G are piecewise linear and evaluated with sorted prefix sums. Block verification uses C
+    as Cactus's fixed target (a target that depends on the drafted token breaks block
+    verification's guarantee; C is what token-level Cactus produces).
+    p, q, gamma: [..., V] (gamma = gamma*(v) for every candidate draft v). Returns [..., V].
+    """
+    p = p.to(torch.float64)
+    q = q.to(torch.float64)
+    gamma = gamma.to(torch.float64)
+    safe_q = torch.where(q > 0, q, torch.ones_like(q))
+    accept = torch.where(q > 0, (gamma / safe_q).clamp(max=1.0), torch.ones_like(q))  # a(v)
+    rest = 1.0 - p
+    scale = torch.where(rest > 0, (1.0 - gamma) / rest.clamp(min=1e-300), torch.zeros_like(rest))  # s_v
+    ratio = torch.where(p > 0, q / p.clamp(min=1e-300), torch.full_like(p, float("inf")))  # r(v)
+
+    # F(s) = s * sum_{r < s} p - sum_{r < s} q, from r sorted ascending.
+    ratio_sorted, order = ratio.sort(dim=-1)
+    p_cum = torch.cumsum(p.gather(-1, order), dim=-1)
+    q_cum = torch.cumsum(q.gather(-1, order), dim=-1)
+    below = torch.searchsorted(ratio_sorted, scale.contiguous(), right=False)  # how many r < s
+    p_below = _take_prefix(p_cum, below)
+    q_below = _take_prefix(q_cum, below)
+    mass_all = scale * p_below - q_below
+    own = p * (scale - ratio).clamp(min=0)
+    own = torch.where(torch.isfinite(own), own, torch.zeros_like(own))
+    residual_mass = (mass_all - own).clamp(min=0)  # Z_v
+    rejected = q * (1.0 - accept)
+    weight = torch.where(residual_mass > 1e-15, rejected / residual_mass.clamp(min=1e-300), torch.zeros_like(q))
+
+    # G(t) = sum_{s_y > t} w_y s_y - t sum_{s_y > t} w_y, from s sorted ascending (suffix sums).
+    scale_sorted, order_s = scale.sort(dim=-1)
+    w_sorted = weight.gather(-1, order_s)
+    ws_suffix = torch.flip(torch.cumsum(torch.flip(w_sorted * scale_sorted, [-1]), -1), [-1])
+    w_suffix = torch.flip(torch.cumsum(torch.flip(w_sorted, [-1]), -1), [-1])
+    finite_ratio = torch.where(torch.isfinite(ratio), ratio, torch.full_like(ratio, 1e300))
+    above = torch.searchsorted(scale_sorted, finite_ratio.contiguous(), right=True)  # first s_y > t
+    ws_above = _take_suffix(ws_suffix, above)
+    w_above = _take_suffix(w_suffix, above)
+    g_at_r = ws_above - finite_ratio * w_above
+    g_at_r = torch.where(torch.isfinite(ratio), g_at_r, torch.zeros_like(g_at_r))
+    self_term = weight * own  # w_v [s_v - r(v)]+ p(v)
+    emitted = q * accept + p * g_at_r - self_term
+    # Rows whose rejected mass could not be spread (empty residual) fall back to p~_y: rare.
+    fallback_mass = torch.where(residual_mass > 1e-15, torch.zeros_like(q), rejected)
+    if bool((fallback_mass > 0).any()):
+        relaxed = scale.unsqueeze(-1) * p.unsqueeze(-2)  # [..., y, v]
+        eye = torch.eye(p.shape[-1], dtype=p.dtype, device=p.device)
+        relaxed = relaxed * (1 - eye) + eye * gamma.unsqueeze(-1)
+        emitted = emitted + (fallback_mass.unsqueeze(-1) * relaxed).sum(-2)
+    emitted = emitted.clamp(min=0)
+    return emitted / emitted.sum(dim=-1, keepdim=True)
+
+
+def _take_prefix(cumulative: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
+    """sum of the first `count` sorted entries, from their inclusive cumulative sums."""
+    padded = torch.cat([torch.zeros_like(cumulative[..., :1]), cumulative], dim=-1)
+    return padded.gather(-1, count)
+
+
+def _take_suffix(suffix: torch.Tensor, start: torch.Tensor) -> torch.Tensor:
+    """sum of sorted entries from index `start` on, from their inclusive suffix sums."""
+    padded = torch.cat([suffix, torch.zeros_like(suffix[..., :1])], dim=-1)
+    return padded.gather(-1, start)

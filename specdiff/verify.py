@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
-from specdiff.acceptance import Relaxation, check_rule, Lossless
+from specdiff.acceptance import Cactus, Lossless, Relaxation, cactus_emitted_distribution, check_rule
 from specdiff.distributions import Distributions, compute_dtype
 
 METHODS = ("token", "block")
@@ -83,6 +83,11 @@ def verify(
     tv = _total_variation(target, draft, draft_tokens, block_len) if rule.needs_tv else None
     relax = rule.relax(p_draft, q_draft, tv)
     relaxed_draft = relax.at_draft(p_draft, q_draft)  # [b, B] p~_i(y_i)
+    fixed_target = None  # [b, B, V]: block + Cactus with a real proposal verifies against C
+    if method == "block" and isinstance(rule, Cactus) and draft is not None:
+        p_dense = target.dense(block_len)
+        fixed_target = cactus_emitted_distribution(p_dense, draft.dense(block_len), rule.gamma(p_dense)).to(dtype)
+        relaxed_draft = fixed_target.gather(-1, draft_tokens.unsqueeze(-1)).squeeze(-1)
     ratio = relaxed_draft / q_draft  # [b, B]
 
     uniforms = torch.rand(batch, block_len + 1, generator=generator, device=device, dtype=torch.float64)
@@ -94,12 +99,12 @@ def verify(
         residual_weight = torch.ones(batch, dtype=dtype, device=device)  # [b]
     else:
         weights = _block_weights(ratio)  # [b, B+1]: p_0 = 1, p_i
-        residual_mass = _block_residual_mass(target, draft, draft_tokens, relax, relaxed_draft, weights)  # [b, B]
+        residual_mass = _block_residual_mass(target, draft, draft_tokens, relax, relaxed_draft, weights, fixed_target)
         num_accepted = _block_stop(weights, residual_mass, uniforms)
         accept_prob = weights[:, 1:]
         residual_weight = weights.gather(1, num_accepted.unsqueeze(1)).squeeze(1)  # [b] p_tau
 
-    next_token = _sample_next(target, draft, draft_tokens, relax, num_accepted, residual_weight, generator)
+    next_token = _sample_next(target, draft, draft_tokens, relax, num_accepted, residual_weight, generator, fixed_target)
     tokens = _assemble(draft_tokens, num_accepted, next_token)
     return VerifyResult(num_accepted=num_accepted, tokens=tokens, accept_prob=accept_prob)
 
@@ -117,7 +122,7 @@ def _block_weights(ratio: torch.Tensor) -> torch.Tensor:
     return torch.exp(prefix - prefix.cummax(dim=-1).values).clamp(max=1.0)
 
 
-def _block_residual_mass(target, draft, draft_tokens, relax: Relaxation, relaxed_draft, weights) -> torch.Tensor:
+def _block_residual_mass(target, draft, draft_tokens, relax, relaxed_draft, weights, fixed_target=None):
     """Z_{i+1} = sum_x max(p_i p~_{i+1}(x) - q_{i+1}(x), 0) for i = 0..B-1. Returns [b, B]."""
     block_len = draft_tokens.shape[1]
     w = weights[:, :block_len]  # [b, B] p_0..p_{B-1}
@@ -126,7 +131,10 @@ def _block_residual_mass(target, draft, draft_tokens, relax: Relaxation, relaxed
         return w * (1.0 - relaxed_draft)
     p_dense = target.dense(block_len)  # [b, B, V]
     q_dense = draft.dense(block_len)  # [b, B, V]
-    relaxed = _relaxed_rows(p_dense, q_dense, draft_tokens, relax.p_coef, relax.q_coef, relax.onehot_coef)
+    if fixed_target is not None:
+        relaxed = fixed_target
+    else:
+        relaxed = _relaxed_rows(p_dense, q_dense, draft_tokens, relax.p_coef, relax.q_coef, relax.onehot_coef)
     return (w.unsqueeze(-1) * relaxed - q_dense).clamp(min=0).sum(dim=-1)
 
 
@@ -158,7 +166,7 @@ def _relaxed_rows(p_rows, q_rows, tokens, p_coef, q_coef, onehot_coef) -> torch.
     return relaxed.clamp(min=0.0)
 
 
-def _sample_next(target, draft, draft_tokens, relax: Relaxation, num_accepted, residual_weight, generator):
+def _sample_next(target, draft, draft_tokens, relax, num_accepted, residual_weight, generator, fixed_target=None):
     """The recovered token (stop position k < B) or the bonus token (k = B), one per row.
 
     Recovered: from norm(max(w p~_k - q_k, 0)), w = 1 for token verification and p_tau for block;
@@ -178,6 +186,8 @@ def _sample_next(target, draft, draft_tokens, relax: Relaxation, num_accepted, r
     q_coef = torch.where(keep, relax.q_coef[rows, draft_pos], torch.zeros_like(residual_weight))
     onehot_coef = torch.where(keep, relax.onehot_coef[rows, draft_pos], torch.zeros_like(residual_weight))
     relaxed = _relaxed_rows(p_row, q_row, token_at, p_coef, q_coef, onehot_coef)  # [b, V]
+    if fixed_target is not None:
+        relaxed = torch.where(keep.unsqueeze(-1), fixed_target[rows, draft_pos], relaxed)
     q_full = q_row if q_row is not None else torch.zeros_like(p_row).scatter_(-1, token_at.unsqueeze(-1), 1.0)
     weight = torch.where(keep, residual_weight, torch.ones_like(residual_weight)).unsqueeze(-1)
     subtract = keep.to(p_row.dtype).unsqueeze(-1)
