@@ -1,0 +1,180 @@
+"""Bad input gets a ValueError that names the problem; valid edge cases work."""
+import pytest
+import torch
+
+import specdiff as sd
+
+from exactness import random_distribution
+
+
+def _instance(batch=3, block_len=4, vocab=5, seed=0, dtype=torch.float64):
+    generator = torch.Generator().manual_seed(seed)
+    p = random_distribution(generator, batch, block_len + 1, vocab=vocab, dtype=dtype)
+    q = random_distribution(generator, batch, block_len, vocab=vocab, dtype=dtype)
+    draft = torch.multinomial(q.reshape(-1, vocab).double(), 1, generator=generator).reshape(batch, block_len)
+    return draft, q, p
+
+
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda d, q, p: (d, q, p[:, :-1]), "expected \\[3, 5, V\\]"),
+        (lambda d, q, p: (d, q[:, :, :4] / q[:, :, :4].sum(-1, keepdim=True), p), "vocabularies differ"),
+        (lambda d, q, p: (d, q[:2], p), "draft_probs has shape"),
+        (lambda d, q, p: (d[0], q, p), "draft_tokens must be a \\[b, B\\]"),
+        (lambda d, q, p: (d.double(), q, p), "integer"),
+        (lambda d, q, p: (d + 10, q, p), "must lie in"),
+        (lambda d, q, p: (d, q, p.clone().index_fill_(2, torch.tensor([0]), float("nan"))), "NaN"),
+        (lambda d, q, p: (d, q, p * 1.1), "sum to 1"),
+        (lambda d, q, p: (d, q - 0.5, p), "negative"),
+        (lambda d, q, p: (d[:, :0], q[:, :0], p[:, :1]), "B >= 1"),
+    ],
+    ids=["target-shape", "vocab", "draft-shape", "token-rank", "token-dtype", "token-range", "nan", "sum", "negative", "empty-block"],
+)
+def test_bad_input_is_named(mutate, message):
+    draft, q, p = mutate(*_instance())
+    with pytest.raises(ValueError, match=message):
+        sd.verify(draft, q, p)
+
+
+def test_unknown_method_rule_and_inputs():
+    draft, q, p = _instance()
+    with pytest.raises(ValueError, match="unknown method"):
+        sd.verify(draft, q, p, method="tree")
+    with pytest.raises(ValueError, match="unknown rule"):
+        sd.verify(draft, q, p, rule="lossless")
+    with pytest.raises(ValueError, match="unknown inputs"):
+        sd.verify(draft, q, p, inputs="log_probs")
+
+
+def test_drafted_token_with_zero_proposal_probability():
+    draft, q, p = _instance()
+    q = q.clone()
+    q[1, 2] = 0.0
+    q[1, 2, 0] = 1.0
+    draft = draft.clone()
+    draft[1, 2] = 3
+    with pytest.raises(ValueError, match="proposal probability 0"):
+        sd.verify(draft, q, p)
+    logits = torch.log(q)
+    with pytest.raises(ValueError, match="proposal probability 0"):
+        sd.verify(draft, logits, torch.log(p), inputs="logits")
+
+
+def test_nan_and_infinite_logits_are_named():
+    draft, q, p = _instance()
+    bad = torch.log(p).clone()
+    bad[0, 1, 2] = float("nan")
+    with pytest.raises(ValueError, match="NaN"):
+        sd.verify(draft, torch.log(q), bad, inputs="logits")
+    bad[0, 1, 2] = float("inf")
+    with pytest.raises(ValueError, match="\\+inf"):
+        sd.verify(draft, torch.log(q), bad, inputs="logits")
+    bad[0, 1] = float("-inf")
+    with pytest.raises(ValueError, match="every logit is -inf"):
+        sd.verify(draft, torch.log(q), bad, inputs="logits")
+
+
+@pytest.mark.parametrize("rule", [sd.Lossless(), sd.Linear(0.5), sd.TVBudget(0.1), sd.Cactus(0.5)], ids=repr)
+@pytest.mark.parametrize("method", ["token", "block"])
+def test_p_equal_q_accepts_everything(rule, method):
+    draft, q, p = _instance(batch=200, block_len=3)
+    p = torch.cat([q, q[:, :1]], dim=1)
+    result = sd.verify(draft, q, p, rule=rule, method=method, generator=torch.Generator().manual_seed(0))
+    assert (result.num_accepted == 3).all()
+    assert torch.equal(result.tokens[:, :3], draft)
+
+
+@pytest.mark.parametrize("method", ["token", "block"])
+def test_one_hot_target_and_proposal(method):
+    vocab = 6
+    batch = 100
+    generator = torch.Generator().manual_seed(2)
+    draft = torch.randint(0, vocab, (batch, 2), generator=generator)
+    q = torch.nn.functional.one_hot(draft, vocab).double()
+    # target: one-hot on token 0 everywhere
+    p = torch.zeros(batch, 3, vocab, dtype=torch.float64)
+    p[..., 0] = 1.0
+    result = sd.verify(draft, q, p, method=method, generator=generator)
+    # a draft of 0 is accepted, anything else is replaced by 0
+    first_is_zero = draft[:, 0] == 0
+    assert (result.tokens[:, 0] == 0).all()
+    assert ((result.num_accepted >= 1) == first_is_zero).all()
+    # the residual [p - q]+ is zero where the draft was 0 ... and a point mass on 0 otherwise
+    point = sd.verify(draft, None, p, method=method, generator=generator)
+    assert (point.tokens[:, 0] == 0).all()
+
+
+def test_numerically_empty_residual_falls_back_to_the_relaxed_target():
+    """p and q equal up to 1e-12: a rejection is (almost) impossible, but if one is forced the
+    next token must still be a valid draw from p~, not an index past the vocabulary."""
+    vocab = 4
+    q = torch.tensor([[[0.25, 0.25, 0.25, 0.25]]], dtype=torch.float64).expand(1000, 1, vocab)
+    p = (q + torch.tensor([1e-12, -1e-12, 0, 0], dtype=torch.float64)).expand(1000, 1, vocab)
+    p = torch.cat([p, p], dim=1)
+    draft = torch.full((1000, 1), 1)
+    result = sd.verify(draft, q, p, generator=torch.Generator().manual_seed(0))
+    assert ((result.tokens[:, 0] >= 0) & (result.tokens[:, 0] < vocab)).all()
+
+
+def test_block_length_one_and_output_layout():
+    draft, q, p = _instance(batch=500, block_len=1, vocab=3)
+    result = sd.verify(draft, q, p, generator=torch.Generator().manual_seed(0))
+    assert result.tokens.shape == (500, 2)
+    accepted = result.num_accepted == 1
+    assert torch.equal(result.tokens[accepted, 0], draft[accepted, 0])
+    assert (result.tokens[~accepted, 1] == -1).all()
+    assert (result.tokens[:, :1] >= 0).all()
+
+
+def test_output_padding_for_longer_blocks():
+    draft, q, p = _instance(batch=400, block_len=5, vocab=4, seed=3)
+    result = sd.verify(draft, q, p, generator=torch.Generator().manual_seed(1))
+    for row in range(400):
+        k = int(result.num_accepted[row])
+        assert torch.equal(result.tokens[row, :k], draft[row, :k])
+        assert 0 <= result.tokens[row, k] < 4
+        assert (result.tokens[row, k + 1 :] == -1).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("rule", [sd.Lossless(), sd.Linear(0.3), sd.TVBudget(0.1), sd.Cactus(0.4)], ids=repr)
+@pytest.mark.parametrize("method", ["token", "block"])
+def test_logits_match_probabilities(dtype, rule, method):
+    """inputs='logits' reads the same distributions: same seed, (almost) the same tokens."""
+    draft, q, p = _instance(batch=2000, block_len=4, vocab=7, seed=4)
+    temperature_scaled_target = torch.log(p) * 1.0 + 3.0  # logits are defined up to a constant
+    draft_logits = torch.log(q) - 1.0
+    from_probs = sd.verify(draft, q, p, rule=rule, method=method,
+                           generator=torch.Generator().manual_seed(9))
+    from_logits = sd.verify(draft, draft_logits.to(dtype), temperature_scaled_target.to(dtype), rule=rule, method=method,
+                            generator=torch.Generator().manual_seed(9), inputs="logits")
+    agreement = (from_probs.tokens == from_logits.tokens).all(dim=1).double().mean().item()
+    assert agreement > (0.995 if dtype != torch.bfloat16 else 0.9)
+    assert from_logits.accept_prob.dtype == (torch.float64 if dtype == torch.float64 else torch.float32)
+
+
+def test_filtered_logits_exclude_tokens():
+    """-inf logits (top-k filtered) are never emitted."""
+    generator = torch.Generator().manual_seed(0)
+    batch, vocab = 5000, 10
+    target_logits = torch.randn(batch, 2, vocab, generator=generator)
+    target_logits[..., 5:] = float("-inf")
+    draft_logits = torch.randn(batch, 1, vocab, generator=generator)
+    draft = torch.multinomial(torch.softmax(draft_logits[:, 0], -1), 1, generator=generator)
+    result = sd.verify(draft, draft_logits, target_logits, inputs="logits", generator=generator)
+    assert (result.tokens[:, 0] < 5).all()
+
+
+def test_large_vocabulary_logits_path_is_exact_on_first_token():
+    """A vocabulary big enough to take the blocked log-sum-exp path."""
+    generator = torch.Generator().manual_seed(3)
+    batch, vocab = 64, 40_000
+    target_logits = torch.randn(batch, 3, vocab, generator=generator) * 2
+    draft_logits = target_logits[:, :2] + 0.5 * torch.randn(batch, 2, vocab, generator=generator)
+    draft = torch.multinomial(torch.softmax(draft_logits.reshape(-1, vocab), -1), 1, generator=generator).reshape(batch, 2)
+    via_logits = sd.verify(draft, draft_logits, target_logits, inputs="logits", generator=torch.Generator().manual_seed(1))
+    via_probs = sd.verify(draft, torch.softmax(draft_logits, -1), torch.softmax(target_logits, -1),
+                          generator=torch.Generator().manual_seed(1))
+    assert torch.equal(via_logits.num_accepted, via_probs.num_accepted)
+    assert torch.allclose(via_logits.accept_prob, via_probs.accept_prob, atol=1e-5)
