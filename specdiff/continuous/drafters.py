@@ -1,0 +1,109 @@
+"""Drafters: propose gamma Gaussian steps y_i = m^p_i(y_{i-1}) + sigma_i z_i from the current state.
+
+- FrozenDrafter (Eq. 10, Hu et al. 2025 / De Bortoli et al. 2025): the target's score at the
+  current state y_k, frozen for the whole round; costs one target call per round.
+- FreeDrafter (Sec. 3.3, De Bortoli et al. 2025 App. B): the same drafter, but the frozen score
+  is the one the last verification call already computed at the parent of the current state
+  (y_hat_{k+tau}); no extra call except at the very first round.
+- ModelDrafter: a separate (small) denoiser, called sequentially gamma times.
+
+Any drafter is exact under verification as long as each z_i is fresh N(0, Id) and m^p_i depends only
+on the past, which holds for all three.
+"""
+from __future__ import annotations
+
+import torch
+
+from specdiff.continuous.schedules import Schedule, denoised_from_score, transition_mean
+
+
+def draft_with_frozen_score(
+    schedule: Schedule,
+    states: torch.Tensor,  # [b, d] y_k
+    steps: torch.Tensor,  # [b] long, k
+    frozen_score: torch.Tensor,  # [b, d] s^q at the frozen point
+    draft_noise: torch.Tensor,  # [b, g, d] z_1..z_g (zero past num_drafted)
+) -> tuple[torch.Tensor, torch.Tensor]:  # draft_means [b, g, d], draft_states [b, g, d]
+    """Eq. 10: m^p_{k+i}(y) is the target's step from y with the score frozen at s^q(y_k)."""
+    last_step = schedule.num_steps - 1
+    draft_means, draft_states = [], []
+    current = states
+    for i in range(draft_noise.shape[1]):
+        step = (steps + i).clamp(max=last_step)
+        denoised = denoised_from_score(schedule, current, step, frozen_score)
+        mean = transition_mean(schedule, current, step, denoised)
+        current = mean + schedule.step_std[step].to(mean.dtype).unsqueeze(-1) * draft_noise[:, i]
+        draft_means.append(mean)
+        draft_states.append(current)
+    return torch.stack(draft_means, 1), torch.stack(draft_states, 1)
+
+
+def draft_with_model(
+    schedule: Schedule,
+    denoiser,  # callable(states [n, d], steps [n], schedule) -> x0_hat [n, d]
+    states: torch.Tensor,  # [b, d]
+    steps: torch.Tensor,  # [b] long
+    draft_noise: torch.Tensor,  # [b, g, d]
+) -> tuple[torch.Tensor, torch.Tensor]:  # draft_means [b, g, d], draft_states [b, g, d]
+    """gamma sequential steps of a separate drafter model on the target's schedule."""
+    last_step = schedule.num_steps - 1
+    draft_means, draft_states = [], []
+    current = states
+    for i in range(draft_noise.shape[1]):
+        step = (steps + i).clamp(max=last_step)
+        mean = transition_mean(schedule, current, step, denoiser(current, step, schedule))
+        current = mean + schedule.step_std[step].to(mean.dtype).unsqueeze(-1) * draft_noise[:, i]
+        draft_means.append(mean)
+        draft_states.append(current)
+    return torch.stack(draft_means, 1), torch.stack(draft_states, 1)
+
+
+class FrozenDrafter:
+    """Eq. 10. needs_root_call: the sampler evaluates the target at y_k before drafting."""
+
+    name = "frozen"
+    needs_root_call = True
+    reuses_verification = False
+
+    def draft(self, schedule, states, steps, root_score, draft_noise):
+        return draft_with_frozen_score(schedule, states, steps, root_score, draft_noise)
+
+
+class FreeDrafter:
+    """Sec. 3.3: the frozen score is the previous verification's output at the parent state."""
+
+    name = "free"
+    needs_root_call = False  # except on the first round, when no verification output exists
+    reuses_verification = True
+
+    def draft(self, schedule, states, steps, cached_score, draft_noise):
+        return draft_with_frozen_score(schedule, states, steps, cached_score, draft_noise)
+
+
+class ModelDrafter:
+    """A separate denoiser (e.g. a smaller network, or a perturbed analytic model)."""
+
+    name = "model"
+    needs_root_call = False
+    reuses_verification = False
+
+    def __init__(self, denoiser):
+        self.denoiser = denoiser
+
+    def draft(self, schedule, states, steps, unused_score, draft_noise):
+        return draft_with_model(schedule, self.denoiser, states, steps, draft_noise)
+
+
+def make_drafter(drafter) -> object:
+    """'free' | 'frozen' | a drafter object | a denoiser callable (wrapped in ModelDrafter)."""
+    if drafter == "free":
+        return FreeDrafter()
+    if drafter == "frozen":
+        return FrozenDrafter()
+    if isinstance(drafter, str):
+        raise ValueError(f"unknown drafter {drafter!r}; use 'free', 'frozen' or a denoiser")
+    if hasattr(drafter, "draft"):
+        return drafter
+    if callable(drafter):
+        return ModelDrafter(drafter)
+    raise ValueError(f"unknown drafter {drafter!r}")

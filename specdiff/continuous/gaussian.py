@@ -1,0 +1,333 @@
+"""One round of speculative DDPM verification between two isotropic Gaussians per step.
+
+Everything here is the second paper ("Accelerating Speculative Diffusions via Block
+Verification", Soen et al.), with p the drafter and q the target, as in that paper:
+
+    drafter step i:  p_i(y) = N(y; m^p_i, sigma_i^2 Id),  drafted y_i = m^p_i + sigma_i z_i
+    target  step i:  q_i(y) = N(y; m^q_i, sigma_i^2 Id)
+    Delta_i = (m^p_i - m^q_i) / sigma_i,   delta_i = |Delta_i|,   e_i = Delta_i / delta_i   (Sec. 3.1)
+
+All probabilities are handled as logarithms (Appendix A.2); no density is ever formed.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+
+import torch
+
+LOG_HALF = math.log(0.5)
+
+
+class LossyTemperatureWarning(UserWarning):
+    """Temperature omega != 1 (Appendix I) does not sample the target any more."""
+
+
+@dataclass
+class GaussianVerifyResult:
+    num_accepted: torch.Tensor  # [b] long, tau in 0..gamma
+    next_state: torch.Tensor  # [b, d] the state of step tau + 1
+    rejected: torch.Tensor  # [b] bool, next_state is a residual draw
+    lossless: bool  # False when temperature != 1 (Appendix I)
+
+
+# ----------------------------------------------------------------------------- log-space helpers
+
+
+def log1mexp(x: torch.Tensor) -> torch.Tensor:
+    """log(1 - exp(x)) for x <= 0, accurate on both sides of -log 2 (Maechler 2012)."""
+    x = x.clamp(max=0.0)
+    return torch.where(x > -math.log(2.0), torch.log(-torch.expm1(x)), torch.log1p(-torch.exp(x)))
+
+
+def log_ndtr(x: torch.Tensor) -> torch.Tensor:
+    """log Phi(x), the standard normal log-c.d.f., finite far into both tails."""
+    return torch.special.log_ndtr(x)
+
+
+# ----------------------------------------------------------------------------- Appendix A.2
+
+
+def log_density_ratio(
+    draft_noise: torch.Tensor,  # [..., d] z, with y = m^p + sigma z
+    delta: torch.Tensor,  # [..., d] Delta = (m^p - m^q) / sigma
+    temperature: float = 1.0,
+) -> torch.Tensor:  # [...]
+    """log q^omega(y) / p^omega(y) = -(z.Delta + |Delta|^2 / 2) / omega^2 (Appendix A.2, I.1)."""
+    z_dot_delta = (draft_noise * delta).sum(-1)
+    delta_sq = (delta * delta).sum(-1)
+    return -(z_dot_delta + 0.5 * delta_sq) / temperature**2
+
+
+def acceptance_probability(delta_norm, log_alpha=0.0, temperature: float = 1.0):
+    """Closed-form P_accept = E_{y~p}[min(1, alpha q^omega(y)/p^omega(y))] (Appendix A.2).
+
+    P = Phi(A) + alpha exp(|D|^2/(2 w^2) (1/w^2 - 1)) (1 - Phi(A + |D|/w^2)),
+    A = w^2 log(alpha)/|D| - |D|/2.  Returns 1 where |D| = 0 and alpha = 1.
+    """
+    delta_norm = torch.as_tensor(delta_norm, dtype=torch.float64)
+    log_alpha = torch.as_tensor(log_alpha, dtype=torch.float64)
+    w2 = temperature**2
+    safe = delta_norm.clamp(min=1e-300)
+    a = w2 * log_alpha / safe - safe / 2
+    log_second = (
+        log_alpha + safe**2 / (2 * w2) * (1 / w2 - 1) + log_ndtr(-(a + safe / w2))
+    )
+    p = torch.special.ndtr(a) + torch.exp(log_second)
+    return torch.where(delta_norm > 0, p, torch.exp(log_alpha).clamp(max=1.0))
+
+
+# ----------------------------------------------------------------------------- Sec. 3.1: psi_alpha
+
+
+def decomposition_threshold(log_alpha: torch.Tensor, delta_norm: torch.Tensor) -> torch.Tensor:
+    """c with alpha q - p > 0 iff u < c along e, in target coordinates (Appendix A.2, Lemma A.2)."""
+    return log_alpha / delta_norm + delta_norm / 2
+
+
+def log_residual_cdf_unnormalised(
+    u: torch.Tensor,  # [n] a point along e, u <= c
+    log_alpha: torch.Tensor,  # [n]
+    delta_norm: torch.Tensor,  # [n] > 0
+) -> torch.Tensor:  # [n]
+    """log of int_{-inf}^u (alpha phi(v) - phi(v - |D|)) dv = log(alpha Phi(u) - Phi(u - |D|)), u <= c (Eq. 8)."""
+    log_phi_u = log_ndtr(u)
+    log_phi_shift = log_ndtr(u - delta_norm)
+    return log_alpha + log_phi_u + log1mexp(log_phi_shift - log_phi_u - log_alpha)
+
+
+def log_residual_mass(log_alpha: torch.Tensor, delta_norm: torch.Tensor) -> torch.Tensor:
+    """log int max(0, alpha q - p) = log(alpha Phi(c) - Phi(c - |D|)); -inf where |D| = 0 (Eq. 9)."""
+    safe = delta_norm.clamp(min=1e-300)
+    c = decomposition_threshold(log_alpha, safe)
+    log_mass = log_residual_cdf_unnormalised(c, log_alpha, safe)
+    return torch.where(delta_norm > 0, log_mass, torch.full_like(log_mass, -math.inf))
+
+
+def sample_psi(
+    log_alpha: torch.Tensor,  # [n] log alpha, alpha in (0, 1]
+    delta_norm: torch.Tensor,  # [n] |Delta| > 0
+    generator: torch.Generator | None = None,
+    num_bisection: int = 48,
+    max_doubling: int = 64,
+) -> torch.Tensor:  # [n] float64
+    """U ~ psi_alpha, the law along e of the residual norm(max(0, alpha q - p)) (Prop. 3.1, Eq. 8).
+
+    Inverse c.d.f. (Algorithm 7 / Appendix A.1): Psi_alpha(c) = 1 gives the upper end of the
+    bracket; the lower end is found by doubling the step below c until Psi_alpha(lo) < V; then
+    bisection. Computed in float64, in log space.
+    """
+    log_alpha = log_alpha.to(torch.float64)
+    delta_norm = delta_norm.to(torch.float64)
+    if bool((delta_norm <= 0).any()):
+        raise ValueError("sample_psi: the residual is empty where the means coincide (|Delta| = 0)")
+    c = decomposition_threshold(log_alpha, delta_norm)  # Psi_alpha(c) = 1
+    log_mass = log_residual_cdf_unnormalised(c, log_alpha, delta_norm)
+    uniform = 1.0 - torch.rand(c.shape, generator=generator, dtype=torch.float64, device=c.device)
+    log_target = log_mass + torch.log(uniform)  # solve log F(u) = log V + log F(c)
+
+    upper = c.clone()
+    step = torch.ones_like(c)
+    lower = c - step
+    for _ in range(max_doubling):  # bracket doubling
+        too_high = log_residual_cdf_unnormalised(lower, log_alpha, delta_norm) >= log_target
+        if not bool(too_high.any()):
+            break
+        upper = torch.where(too_high, lower, upper)
+        step = torch.where(too_high, 2 * step, step)
+        lower = torch.where(too_high, c - step, lower)
+    for _ in range(num_bisection):  # bisection
+        middle = 0.5 * (lower + upper)
+        below = log_residual_cdf_unnormalised(middle, log_alpha, delta_norm) < log_target
+        lower = torch.where(below, middle, lower)
+        upper = torch.where(below, upper, middle)
+    return 0.5 * (lower + upper)
+
+
+# ----------------------------------------------------------------------------- residuals
+
+
+def unit_direction(delta: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """e = Delta/|Delta| and |Delta| (Sec. 3.1). delta: [..., d] -> ([..., d], [...])."""
+    delta_norm = delta.norm(dim=-1)
+    return delta / delta_norm.clamp(min=1e-300).unsqueeze(-1), delta_norm
+
+
+def reflection_residual(
+    draft_noise: torch.Tensor,  # [n, d] z of the rejected draft
+    delta: torch.Tensor,  # [n, d] Delta of the rejected step
+    target_mean: torch.Tensor,  # [n, d] m^q
+    sigma: torch.Tensor,  # [n]
+) -> torch.Tensor:  # [n, d]
+    """Reflection maximal coupling (Algorithm 4): Y = m^q + sigma (Id - 2 e e^T) z."""
+    e, _ = unit_direction(delta)
+    reflected = draft_noise - 2 * (draft_noise * e).sum(-1, keepdim=True) * e
+    return target_mean + sigma.unsqueeze(-1) * reflected
+
+
+def decomposition_residual(
+    delta: torch.Tensor,  # [n, d] Delta of the rejected step, |Delta| > 0
+    target_mean: torch.Tensor,  # [n, d] m^q
+    sigma: torch.Tensor,  # [n]
+    log_alpha: torch.Tensor,  # [n] alpha = 1 for sample verification, alpha_tau for block
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:  # [n, d]
+    """Decomposition residual (Algorithm 5, Eq. 7): U ~ psi_alpha; Z_perp ~ N(0, Id - e e^T);
+    Y = m^q + sigma (U e + Z_perp), a draw from norm(max(0, alpha q - p))."""
+    e, delta_norm = unit_direction(delta)
+    along_e = sample_psi(log_alpha, delta_norm, generator=generator).to(delta.dtype)  # [n]
+    fresh = torch.randn(delta.shape, generator=generator, dtype=delta.dtype, device=delta.device)
+    orthogonal = fresh - (fresh * e).sum(-1, keepdim=True) * e
+    return target_mean + sigma.unsqueeze(-1) * (along_e.unsqueeze(-1) * e + orthogonal)
+
+
+# ----------------------------------------------------------------------------- verification
+
+
+def sample_verification(
+    log_ratio: torch.Tensor,  # [b, g] log q/p at each drafted state
+    num_drafted: torch.Tensor,  # [b] long, drafts beyond it are ignored
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:  # [b] long
+    """Algorithm 2: accept draft i with probability min(1, q/p); tau = the first rejection - 1."""
+    b, g = log_ratio.shape
+    eta = 1.0 - torch.rand((b, g), generator=generator, dtype=torch.float64, device=log_ratio.device)
+    position = torch.arange(g, device=log_ratio.device)
+    accepted = (torch.log(eta) <= log_ratio.to(torch.float64)) | (position >= num_drafted.unsqueeze(-1))
+    accepted_prefix = torch.cumprod(accepted.long(), dim=-1)
+    return accepted_prefix.sum(-1).clamp(max=num_drafted)
+
+
+def block_verification(
+    log_ratio: torch.Tensor,  # [b, g] log q/p at each drafted state (tempered if omega != 1)
+    delta_norm: torch.Tensor,  # [b, g] |Delta_i|, i = 1..g
+    num_drafted: torch.Tensor,  # [b] long
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:  # tau [b] long, log alpha_tau [b]
+    """Algorithm 6 (Sun et al. 2025 in continuous space, Eq. 9):
+    alpha_0 = 1, alpha_i = min(1, alpha_{i-1} q_i/p_i);
+    rho_{i+1} = int max(0, alpha_i q_{i+1} - p_{i+1});
+    h_i = rho_{i+1} / (rho_{i+1} + 1 - alpha_i) for i < L, h_L = alpha_L;
+    tau = the largest i with eta_i <= h_i."""
+    b, g = log_ratio.shape
+    log_ratio = log_ratio.to(torch.float64)
+    delta_norm = delta_norm.to(torch.float64)
+    position = torch.arange(g + 1, device=log_ratio.device)  # i = 0..g
+    drafted = position[1:] <= num_drafted.unsqueeze(-1)  # [b, g] step i is a real draft
+    log_ratio = torch.where(drafted, log_ratio, torch.zeros_like(log_ratio))
+    # log alpha_i = min(0, log alpha_{i-1} + log r_i), a running clamp
+    log_alpha = [torch.zeros(b, dtype=torch.float64, device=log_ratio.device)]
+    for i in range(g):
+        log_alpha.append(torch.clamp(log_alpha[-1] + log_ratio[:, i], max=0.0))
+    log_alpha = torch.stack(log_alpha, dim=-1)  # [b, g+1]
+
+    log_rho = log_residual_mass(log_alpha[:, :-1], delta_norm)  # [b, g] rho_{i+1}, i = 0..g-1
+    log_one_minus_alpha = log1mexp(log_alpha[:, :-1])
+    log_h = log_rho - torch.logaddexp(log_rho, log_one_minus_alpha)
+    log_h = torch.where(torch.isfinite(log_rho), log_h, torch.full_like(log_h, -math.inf))
+    log_h = torch.cat([log_h, torch.zeros(b, 1, dtype=torch.float64, device=log_h.device)], dim=-1)
+    is_last = position == num_drafted.unsqueeze(-1)  # h_L = alpha_L
+    log_h = torch.where(is_last, log_alpha, log_h)
+    log_h = torch.where(position > num_drafted.unsqueeze(-1), torch.full_like(log_h, -math.inf), log_h)
+
+    eta = 1.0 - torch.rand((b, g + 1), generator=generator, dtype=torch.float64, device=log_h.device)
+    passes = torch.log(eta) <= log_h  # [b, g+1]
+    tau = torch.where(passes, position, torch.zeros_like(position)).amax(-1)
+    return tau, log_alpha.gather(-1, tau.unsqueeze(-1)).squeeze(-1)
+
+
+def _check_inputs(draft_noise, draft_means, target_means, sigma, num_drafted, method, residual, temperature):
+    if method not in ("sample", "block"):
+        raise ValueError(f"gaussian_verify: unknown method {method!r}; use 'sample' or 'block'")
+    if residual not in ("reflection", "decomposition"):
+        raise ValueError(f"gaussian_verify: unknown residual {residual!r}; use 'reflection' or 'decomposition'")
+    if method == "block" and residual == "reflection":
+        raise ValueError(
+            "gaussian_verify: block verification needs residual='decomposition'; no deterministic "
+            "reflection-style residual is valid for blocks (Prop. 3.2)"
+        )
+    if not temperature > 0 or not math.isfinite(temperature):
+        raise ValueError(f"gaussian_verify: temperature must be a positive number, got {temperature}")
+    if draft_noise.dim() != 3 or draft_noise.shape != draft_means.shape:
+        raise ValueError(
+            f"gaussian_verify: draft_noise {tuple(draft_noise.shape)} and draft_means "
+            f"{tuple(draft_means.shape)} must both be [b, gamma, d]"
+        )
+    b, g, d = draft_noise.shape
+    if target_means.shape != (b, g + 1, d):
+        raise ValueError(
+            f"gaussian_verify: target_means must be [b, gamma+1, d] = {(b, g + 1, d)}, got {tuple(target_means.shape)}"
+        )
+    if sigma.shape not in ((g + 1,), (b, g + 1)):
+        raise ValueError(f"gaussian_verify: sigma must be [gamma+1] or [b, gamma+1], got {tuple(sigma.shape)}")
+    if num_drafted.shape != (b,) or bool(((num_drafted < 0) | (num_drafted > g)).any()):
+        raise ValueError(f"gaussian_verify: num_drafted must be [b] with values in 0..{g}")
+    for name, tensor in (("draft_means", draft_means), ("target_means", target_means), ("draft_noise", draft_noise)):
+        if not bool(torch.isfinite(tensor).all()):
+            raise ValueError(f"gaussian_verify: {name} contains NaN or inf")
+
+
+def gaussian_verify(
+    draft_noise: torch.Tensor,  # [b, g, d] z_i, drafted y_i = draft_means[:, i-1] + sigma_i z_i
+    draft_means: torch.Tensor,  # [b, g, d] m^p_i computed from y_{i-1}
+    target_means: torch.Tensor,  # [b, g+1, d] m^q_i from y_{i-1}, i = 1..g+1 (one batched call)
+    sigma: torch.Tensor,  # [g+1] or [b, g+1] per-step standard deviation
+    method: str = "sample",
+    residual: str = "reflection",
+    temperature: float = 1.0,
+    generator: torch.Generator | None = None,
+    num_drafted: torch.Tensor | None = None,  # [b] long, default g: drafts past it are padding
+) -> GaussianVerifyResult:
+    """One round of Algorithm 1 (lines 11-17) of the second paper, batched over rows.
+
+    method="sample": Algorithm 2; method="block": Algorithm 6 (Sec. 3.2).
+    residual="reflection": Algorithm 4; residual="decomposition": Algorithm 5 (Sec. 3.1).
+    temperature=omega scales the log density ratio by 1/omega^2 (Appendix I); lossy unless 1.
+    Returns tau (num_accepted) and the state of step tau+1: a residual draw if tau < L, else
+    a target step from the last drafted state (L = num_drafted, default gamma).
+    """
+    b, g, d = draft_noise.shape
+    if num_drafted is None:
+        num_drafted = torch.full((b,), g, dtype=torch.long, device=draft_noise.device)
+    sigma = torch.as_tensor(sigma, dtype=draft_means.dtype, device=draft_means.device)
+    _check_inputs(draft_noise, draft_means, target_means, sigma, num_drafted, method, residual, temperature)
+    sigma = sigma.expand(b, g + 1)
+    speculated = torch.arange(g, device=sigma.device) < num_drafted.unsqueeze(-1)  # [b, g]
+    if not bool(torch.isfinite(sigma).all()) or bool((sigma[:, :g][speculated] <= 0).any()):
+        raise ValueError("gaussian_verify: sigma must be finite and > 0 on every speculated step")
+    lossless = temperature == 1.0
+    if not lossless:
+        warnings.warn(
+            f"gaussian_verify: temperature={temperature} != 1 is lossy (Appendix I); samples do not follow the target",
+            LossyTemperatureWarning,
+            stacklevel=2,
+        )
+
+    safe_sigma = torch.where(speculated, sigma[:, :g], torch.ones_like(sigma[:, :g]))
+    delta = (draft_means - target_means[:, :g]) / safe_sigma.unsqueeze(-1)  # [b, g, d]
+    delta = torch.where(speculated.unsqueeze(-1), delta, torch.zeros_like(delta))
+    log_ratio = log_density_ratio(draft_noise, delta, temperature)  # [b, g]; 0 where the means coincide
+
+    if method == "sample":
+        num_accepted = sample_verification(log_ratio, num_drafted, generator)
+        log_alpha = torch.zeros(b, dtype=torch.float64, device=delta.device)
+    else:
+        num_accepted, log_alpha = block_verification(log_ratio, delta.norm(dim=-1), num_drafted, generator)
+
+    rows = torch.arange(b, device=delta.device)
+    rejected = num_accepted < num_drafted
+    # bonus: a target step from the last accepted drafted state
+    bonus_noise = torch.randn((b, d), generator=generator, dtype=draft_means.dtype, device=draft_means.device)
+    next_state = target_means[rows, num_accepted] + sigma[rows, num_accepted].unsqueeze(-1) * bonus_noise
+    if bool(rejected.any()):
+        r = rows[rejected]
+        step = num_accepted[rejected]  # the rejected draft is number step+1, at index step
+        if residual == "reflection":
+            corrected = reflection_residual(draft_noise[r, step], delta[r, step], target_means[r, step], sigma[r, step])
+        else:
+            corrected = decomposition_residual(
+                delta[r, step], target_means[r, step], sigma[r, step], log_alpha[rejected], generator
+            )
+        next_state = next_state.index_put((r,), corrected)
+    return GaussianVerifyResult(num_accepted=num_accepted, next_state=next_state, rejected=rejected, lossless=lossless)

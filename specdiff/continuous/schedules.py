@@ -1,0 +1,93 @@
+"""Noise schedules and the reverse step with churn, as Gaussian transitions N(m_k(y), sigma_k^2 Id).
+
+A schedule is a grid of K+1 noise levels, step k going from level k to level k+1 (towards data),
+with the interpolant x_t = a_t x_0 + s_t z:
+
+    rectified flow (the paper's Sec. 5, Liu et al. 2022):  a_t = 1 - t, s_t = t,  t from 1 - 1e-4 to 0
+    variance preserving (diffusers DDPMScheduler):         a_t = sqrt(abar_t), s_t = sqrt(1 - abar_t)
+
+The reverse step is the sampler of Ho et al. (2020) with churn epsilon (DDIM with eta = epsilon):
+
+    x0_hat = denoiser(y, k),  eps_hat = (y - a_t x0_hat) / s_t
+    posterior variance  beta_k = s_s^2 / s_t^2 * (s_t^2 - (a_t/a_s)^2 s_s^2)     (s = the next level)
+    sigma_k = epsilon sqrt(beta_k),  m_k(y) = a_s x0_hat + sqrt(s_s^2 - sigma_k^2) eps_hat
+
+epsilon = 1 is DDPM's posterior step exactly; as K grows it is Euler-Maruyama of the reverse SDE
+with churn epsilon (Sec. 2: drift -f y + (1+eps^2)/2 g^2 s, diffusion eps g), whose marginals do not
+depend on epsilon. The last step (to s_s = 0) has sigma = 0 and is never speculated.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class Schedule:
+    signal: torch.Tensor  # [K+1] a at each level, level 0 is noise
+    noise: torch.Tensor  # [K+1] s at each level
+    model_time: torch.Tensor  # [K+1] the time the denoiser is conditioned on at each level
+    churn: float  # epsilon
+
+    def __post_init__(self):
+        if not 0.0 <= self.churn <= 1.0:
+            raise ValueError(f"Schedule: churn must be in [0, 1], got {self.churn}")
+        a_t, s_t = self.signal[:-1], self.noise[:-1]
+        a_s, s_s = self.signal[1:], self.noise[1:]
+        posterior_var = (s_s**2 / s_t**2) * (s_t**2 - (a_t / a_s) ** 2 * s_s**2)
+        self.step_std = self.churn * posterior_var.clamp(min=0).sqrt()  # [K] sigma_k
+        self.noise_coef = (s_s**2 - self.step_std**2).clamp(min=0).sqrt()  # [K]
+
+    @property
+    def num_steps(self) -> int:
+        return self.signal.shape[0] - 1
+
+    def to(self, dtype: torch.dtype) -> "Schedule":
+        return Schedule(self.signal.to(dtype), self.noise.to(dtype), self.model_time, self.churn)
+
+
+def rectified_flow_schedule(num_steps: int, churn: float, t_max: float = 1.0 - 1e-4, dtype=torch.float64) -> Schedule:
+    """Uniform grid t_k = t_max (1 - k/K) on the rectified-flow interpolant a_t = 1-t, s_t = t (Sec. 5)."""
+    if num_steps < 1:
+        raise ValueError(f"rectified_flow_schedule: num_steps must be >= 1, got {num_steps}")
+    t = t_max * (1.0 - torch.arange(num_steps + 1, dtype=dtype) / num_steps)
+    return Schedule(signal=1.0 - t, noise=t, model_time=t, churn=churn)
+
+
+def variance_preserving_schedule(alphas_cumprod: torch.Tensor, timesteps: torch.Tensor, churn: float) -> Schedule:
+    """The levels of a diffusers scheduler: timesteps [K] descending, then abar = 1 at the end."""
+    abar = alphas_cumprod.to(torch.float64)[timesteps.long()]
+    abar = torch.cat([abar, torch.ones(1, dtype=torch.float64)])
+    model_time = torch.cat([timesteps.to(torch.float64), torch.full((1,), -1.0, dtype=torch.float64)])
+    return Schedule(signal=abar.sqrt(), noise=(1 - abar).sqrt(), model_time=model_time, churn=churn)
+
+
+def transition_mean(
+    schedule: Schedule,
+    states: torch.Tensor,  # [n, d] y at level k
+    steps: torch.Tensor,  # [n] long, k
+    denoised: torch.Tensor,  # [n, d] x0_hat(y, k)
+) -> torch.Tensor:  # [n, d] m_k(y)
+    """m_k(y) = a_{k+1} x0_hat + sqrt(s_{k+1}^2 - sigma_k^2) (y - a_k x0_hat) / s_k."""
+    dtype = states.dtype
+    a_t = schedule.signal[steps].to(dtype).unsqueeze(-1)
+    s_t = schedule.noise[steps].to(dtype).unsqueeze(-1)
+    a_s = schedule.signal[steps + 1].to(dtype).unsqueeze(-1)
+    noise_coef = schedule.noise_coef[steps].to(dtype).unsqueeze(-1)
+    eps_hat = (states - a_t * denoised) / s_t
+    return a_s * denoised + noise_coef * eps_hat
+
+
+def score_from_denoised(schedule: Schedule, states, steps, denoised):
+    """Tweedie: grad log p_t(y) = (a_t x0_hat - y) / s_t^2.  states, denoised: [n, d]; steps: [n]."""
+    a_t = schedule.signal[steps].to(states.dtype).unsqueeze(-1)
+    s_t = schedule.noise[steps].to(states.dtype).unsqueeze(-1)
+    return (a_t * denoised - states) / s_t**2
+
+
+def denoised_from_score(schedule: Schedule, states, steps, score):
+    """The inverse of score_from_denoised: x0_hat = (y + s_t^2 score) / a_t."""
+    a_t = schedule.signal[steps].to(states.dtype).unsqueeze(-1)
+    s_t = schedule.noise[steps].to(states.dtype).unsqueeze(-1)
+    return (states + s_t**2 * score) / a_t
