@@ -47,48 +47,83 @@ def logsumexp_lastdim(logits: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 
 class Distributions:
-    """A batch of distributions over V tokens, [b, P, V], stored as probabilities or logits."""
+    """A batch of distributions over V tokens, [b, P, V], stored as probabilities or logits.
+
+    From logits, normalisers are computed only for the rows that are read, so token
+    verification pays for the positions up to where each row stops and no further.
+    """
 
     def __init__(self, values: torch.Tensor, kind: str, name: str, dtype: torch.dtype, validate: bool = True):
         self.values = values
         self.kind = kind
         self.name = name
         self.dtype = dtype
-        self.log_normalizer = None  # [b, P], logits only
-        if kind == "logits":
-            self.log_normalizer = logsumexp_lastdim(values, dtype)
-            if validate:
-                _check_log_normalizer(self.log_normalizer, name)
-        elif validate:
-            _check_probabilities(values, name)
+        self.validate = validate
+        if validate:
+            if kind == "logits":
+                _check_logits(values, name)
+            else:
+                _check_probabilities(values, name)
 
     @property
     def shape(self):
         return self.values.shape
 
     def at(self, tokens: torch.Tensor, num_positions: int | None = None) -> torch.Tensor:
-        """Probability of tokens[:, i] at position i. tokens: [b, B]. Returns [b, B] in dtype."""
+        """Probability of tokens[:, i] at position i, for every i. tokens: [b, B]. Returns [b, B]."""
         num_positions = tokens.shape[1] if num_positions is None else num_positions
         values = self.values[:, :num_positions]
         picked = values.gather(-1, tokens.unsqueeze(-1)).squeeze(-1).to(self.dtype)
         if self.kind == "probs":
             return picked
-        return torch.exp(picked - self.log_normalizer[:, :num_positions])
+        log_normalizer = logsumexp_lastdim(values, self.dtype)
+        if self.validate:
+            _check_log_normalizer(log_normalizer, self.name)
+        return torch.exp(picked - log_normalizer)
 
-    def rows(self, positions: torch.Tensor) -> torch.Tensor:
-        """The whole distribution at one position per sequence. positions: [b]. Returns [b, V]."""
-        batch_index = torch.arange(self.values.shape[0], device=self.values.device)
-        picked = self.values[batch_index, positions].to(self.dtype)  # [b, V]
+    def rows(self, positions, rows: torch.Tensor | None = None) -> torch.Tensor:
+        """Whole distributions: row rows[j] at positions[j] (an int: the same for all). Returns [n, V].
+
+        From logits this is one fused softmax over just these rows.
+        """
+        if rows is None:
+            rows = torch.arange(self.values.shape[0], device=self.values.device)
+        if isinstance(positions, int) and rows.numel() == self.values.shape[0]:
+            picked = self.values[:, positions]  # a view: no gather copy when every row is read
+        else:
+            picked = self.values[rows, positions]  # [n, V]
         if self.kind == "probs":
-            return picked
-        return torch.exp(picked - self.log_normalizer[batch_index, positions].unsqueeze(-1))
+            return picked.to(self.dtype)
+        probs = torch.softmax(picked, dim=-1, dtype=self.dtype)
+        if self.validate and picked.shape[0]:
+            _check_softmax_rows(probs, self.name)
+        return probs
 
     def dense(self, num_positions: int) -> torch.Tensor:
         """All probabilities of the first num_positions positions, [b, num_positions, V]."""
         values = self.values[:, :num_positions].to(self.dtype)
         if self.kind == "probs":
             return values
-        return torch.exp(values - self.log_normalizer[:, :num_positions].unsqueeze(-1))
+        probs = torch.softmax(values, dim=-1)
+        if self.validate and probs.numel():
+            _check_softmax_rows(probs, self.name)
+        return probs
+
+    def is_impossible(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Whether tokens[:, i] has probability exactly 0 at position i. tokens: [b, B]. Returns [b, B]."""
+        picked = self.values[:, : tokens.shape[1]].gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+        return picked == (0.0 if self.kind == "probs" else float("-inf"))
+
+
+def _check_logits(logits: torch.Tensor, name: str) -> None:
+    """One read: the maximum is NaN if any logit is NaN, and +inf if any is +inf."""
+    if logits.numel() == 0:
+        return
+    largest = logits.amax()
+    if torch.isnan(largest):
+        raise ValueError(f"{name} (logits) contains NaN")
+    if largest == float("inf"):
+        raise ValueError(f"{name} (logits) contains +inf")
 
 
 def _check_probabilities(probs: torch.Tensor, name: str) -> None:
@@ -115,4 +150,10 @@ def _check_log_normalizer(log_normalizer: torch.Tensor, name: str) -> None:
     if (log_normalizer == float("inf")).any():
         raise ValueError(f"{name} (logits) contains +inf")
     if (log_normalizer == float("-inf")).any():
+        raise ValueError(f"{name} (logits) has a row where every logit is -inf")
+
+
+def _check_softmax_rows(probs: torch.Tensor, name: str) -> None:
+    """A softmax row is NaN where its logits were all -inf (NaN and +inf are caught up front)."""
+    if torch.isnan(probs[..., 0]).any():
         raise ValueError(f"{name} (logits) has a row where every logit is -inf")

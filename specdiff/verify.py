@@ -34,7 +34,7 @@ EMPTY_RESIDUAL = 1e-9
 class VerifyResult:
     num_accepted: torch.Tensor  # [b] long, 0..B
     tokens: torch.Tensor  # [b, B+1] long: accepted draft, then the recovered or bonus token, then -1
-    accept_prob: torch.Tensor  # [b, B] min(1, p~(y)/q(y)) per drafted position (token); block: weights p_i
+    accept_prob: torch.Tensor  # [b, B] token: min(1, p~(y)/q(y)), NaN past the stop; block: weights p_i
 
     @property
     def num_emitted(self) -> torch.Tensor:
@@ -70,43 +70,88 @@ def verify(
 
     target = Distributions(target_probs, inputs, "target_probs", dtype, validate)
     draft = Distributions(draft_probs, inputs, "draft_probs", dtype, validate) if draft_probs is not None else None
-
-    p_draft = target.at(draft_tokens, block_len)  # [b, B] p_i(y_i)
-    q_draft = draft.at(draft_tokens) if draft is not None else torch.ones_like(p_draft)  # [b, B] q_i(y_i)
-    if validate and (q_draft <= 0).any():
-        row, pos = (q_draft <= 0).nonzero()[0].tolist()
+    if validate and draft is not None and draft.is_impossible(draft_tokens).any():
+        row, pos = draft.is_impossible(draft_tokens).nonzero()[0].tolist()
         raise ValueError(
             f"drafted token {draft_tokens[row, pos].item()} at row {row}, position {pos} has proposal "
             "probability 0: it cannot have been drawn from draft_probs"
         )
 
-    tv = _total_variation(target, draft, draft_tokens, block_len) if rule.needs_tv else None
-    relax = rule.relax(p_draft, q_draft, tv)
-    relaxed_draft = relax.at_draft(p_draft, q_draft)  # [b, B] p~_i(y_i)
-    fixed_target = None  # [b, B, V]: block + Cactus with a real proposal verifies against C
-    if method == "block" and isinstance(rule, Cactus) and draft is not None:
-        p_dense = target.dense(block_len)
-        fixed_target = cactus_emitted_distribution(p_dense, draft.dense(block_len), rule.gamma(p_dense)).to(dtype)
-        relaxed_draft = fixed_target.gather(-1, draft_tokens.unsqueeze(-1)).squeeze(-1)
-    ratio = relaxed_draft / q_draft  # [b, B]
-
+    last_rows = None  # token verification hands over the rows it already normalised
     uniforms = torch.rand(batch, block_len + 1, generator=generator, device=device, dtype=torch.float64)
+    fixed_target = None  # [b, B, V]: block + Cactus with a real proposal verifies against C
     if method == "token":
-        # u < p~(y)/q(y): accept the drafted token (always when p~(y) >= q(y)).
-        accepted = uniforms[:, :block_len] < ratio
-        num_accepted = accepted.long().cumprod(dim=-1).sum(dim=-1)  # [b]
-        accept_prob = ratio.clamp(max=1.0)
+        num_accepted, relax, accept_prob, last_rows = _token_stop(target, draft, draft_tokens, rule, uniforms)
         residual_weight = torch.ones(batch, dtype=dtype, device=device)  # [b]
     else:
-        weights = _block_weights(ratio)  # [b, B+1]: p_0 = 1, p_i
+        p_draft = target.at(draft_tokens, block_len)  # [b, B] p_i(y_i)
+        q_draft = draft.at(draft_tokens) if draft is not None else torch.ones_like(p_draft)  # [b, B] q_i(y_i)
+        tv = _total_variation(target, draft, draft_tokens, block_len) if rule.needs_tv else None
+        relax = rule.relax(p_draft, q_draft, tv)
+        relaxed_draft = relax.at_draft(p_draft, q_draft)  # [b, B] p~_i(y_i)
+        if isinstance(rule, Cactus) and draft is not None:
+            p_dense = target.dense(block_len)
+            gamma = rule.gamma(p_dense)
+            fixed_target = cactus_emitted_distribution(p_dense, draft.dense(block_len), gamma).to(dtype)
+            relaxed_draft = fixed_target.gather(-1, draft_tokens.unsqueeze(-1)).squeeze(-1)
+        weights = _block_weights(relaxed_draft / q_draft)  # [b, B+1]: p_0 = 1, p_i
         residual_mass = _block_residual_mass(target, draft, draft_tokens, relax, relaxed_draft, weights, fixed_target)
         num_accepted = _block_stop(weights, residual_mass, uniforms)
         accept_prob = weights[:, 1:]
         residual_weight = weights.gather(1, num_accepted.unsqueeze(1)).squeeze(1)  # [b] p_tau
 
-    next_token = _sample_next(target, draft, draft_tokens, relax, num_accepted, residual_weight, generator, fixed_target)
+    next_token = _sample_next(
+        target, draft, draft_tokens, relax, num_accepted, residual_weight, generator, fixed_target, last_rows
+    )
     tokens = _assemble(draft_tokens, num_accepted, next_token)
     return VerifyResult(num_accepted=num_accepted, tokens=tokens, accept_prob=accept_prob)
+
+
+def _token_stop(target, draft, draft_tokens, rule, uniforms):
+    """Token verification (Algorithm 1, lines 7-11): the first rejected position of every row.
+
+    Positions are visited left to right, each time only for the rows still accepting, so from
+    logits a row's distributions past its stop are never normalised. Returns num_accepted [b];
+    the relaxation coefficients [b, B] (filled where visited); min(1, p~(y)/q(y)) [b, B] (NaN
+    where not visited); and the rows of p and q at each row's last visited position, [b, V],
+    which are the ones the residual needs.
+    """
+    batch, block_len = draft_tokens.shape
+    vocab = target.shape[-1]
+    dtype, device = target.dtype, draft_tokens.device
+    p_coef = torch.ones(batch, block_len, dtype=dtype, device=device)
+    q_coef = torch.zeros(batch, block_len, dtype=dtype, device=device)
+    onehot_coef = torch.zeros(batch, block_len, dtype=dtype, device=device)
+    accept_prob = torch.full((batch, block_len), float("nan"), dtype=dtype, device=device)
+    last_p = torch.empty(batch, vocab, dtype=dtype, device=device)  # p at each row's last visited position
+    last_q = torch.empty(batch, vocab, dtype=dtype, device=device) if draft is not None else None
+    num_accepted = torch.zeros(batch, dtype=torch.long, device=device)
+    active = torch.arange(batch, device=device)  # rows that accepted every position so far
+    for position in range(block_len):
+        tokens = draft_tokens[active, position].unsqueeze(-1)  # [n, 1]
+        p_rows = target.rows(position, active)  # [n, V]
+        last_p[active] = p_rows
+        p_draft = p_rows.gather(-1, tokens).squeeze(-1)  # [n] p(y)
+        if draft is not None:
+            q_rows = draft.rows(position, active)  # [n, V]
+            last_q[active] = q_rows
+            q_draft = q_rows.gather(-1, tokens).squeeze(-1)  # [n] q(y)
+            tv = 0.5 * (p_rows - q_rows).abs().sum(dim=-1) if rule.needs_tv else None
+        else:  # point mass on y: q(y) = 1 and TV(p, onehot(y)) = 1 - p(y)
+            q_draft = torch.ones_like(p_draft)
+            tv = 1.0 - p_draft
+        relax = rule.relax(p_draft, q_draft, tv)
+        ratio = relax.at_draft(p_draft, q_draft) / q_draft  # [n] p~(y)/q(y)
+        p_coef[active, position] = relax.p_coef
+        q_coef[active, position] = relax.q_coef
+        onehot_coef[active, position] = relax.onehot_coef
+        accept_prob[active, position] = ratio.clamp(max=1.0)
+        # u < p~(y)/q(y): keep the drafted token (always when p~(y) >= q(y)).
+        active = active[uniforms[active, position] < ratio]
+        num_accepted[active] += 1
+        if active.numel() == 0:
+            break
+    return num_accepted, Relaxation(p_coef, q_coef, onehot_coef), accept_prob, (last_p, last_q)
 
 
 def _block_weights(ratio: torch.Tensor) -> torch.Tensor:
@@ -166,7 +211,9 @@ def _relaxed_rows(p_rows, q_rows, tokens, p_coef, q_coef, onehot_coef) -> torch.
     return relaxed.clamp(min=0.0)
 
 
-def _sample_next(target, draft, draft_tokens, relax, num_accepted, residual_weight, generator, fixed_target=None):
+def _sample_next(
+    target, draft, draft_tokens, relax, num_accepted, residual_weight, generator, fixed_target=None, last_rows=None
+):
     """The recovered token (stop position k < B) or the bonus token (k = B), one per row.
 
     Recovered: from norm(max(w p~_k - q_k, 0)), w = 1 for token verification and p_tau for block;
@@ -177,8 +224,14 @@ def _sample_next(target, draft, draft_tokens, relax, num_accepted, residual_weig
     stop = num_accepted  # [b] 0..B, index into the B+1 target positions
     is_bonus = stop == block_len  # [b]
     draft_pos = stop.clamp(max=block_len - 1)
-    p_row = target.rows(stop)  # [b, V]
-    q_row = draft.rows(draft_pos) if draft is not None else None  # [b, V]
+    if last_rows is None:
+        p_row = target.rows(stop)  # [b, V]
+        q_row = draft.rows(draft_pos) if draft is not None else None  # [b, V]
+    else:  # rows where token verification stopped are already normalised; bonus rows need p_{B+1}
+        p_row, q_row = last_rows
+        bonus_rows = is_bonus.nonzero().squeeze(-1)
+        if bonus_rows.numel():
+            p_row[bonus_rows] = target.rows(block_len, bonus_rows)
     token_at = draft_tokens[rows, draft_pos]  # [b]
     # Bonus rows: p~ = p exactly, and nothing is subtracted.
     keep = ~is_bonus

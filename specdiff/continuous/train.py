@@ -84,7 +84,7 @@ def train_denoiser(
         with torch.no_grad():
             for p_ema, p in zip(ema.parameters(), unet.parameters()):
                 p_ema.lerp_(p, 1 - ema_decay)
-        bar.set_postfix(loss=f"{loss.item():.4f}")
+        bar.set_postfix(loss=f"{loss.item():.4f}", refresh=False)
         if (step + 1) % save_every == 0 or step + 1 == steps:
             torch.save(
                 dict(unet=unet.state_dict(), ema=ema.state_dict(), optimizer=optimizer.state_dict(),

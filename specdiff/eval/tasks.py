@@ -45,7 +45,7 @@ SHARE_GROUPS = {  # group word -> question about one share
     "piles": "How many {obj} go in each pile?",
 }
 
-MAX_VALUE = 199  # running totals stay in 1..MAX_VALUE
+MAX_VALUE = 99  # running totals stay in 1..MAX_VALUE
 
 
 @dataclass(frozen=True)

@@ -8,12 +8,14 @@ See docs/testbed.md for how they were trained and how well they do.
 """
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 from pathlib import Path
 
 from specdiff.zoo.configs import MODEL_NAMES, SAMPLING
 
-MODELS_DIR = Path(__file__).parent / "models"
+# shipped weights; SPECDIFF_ZOO_DIR points `load` at another directory of <name>/ folders
+MODELS_DIR = Path(os.environ.get("SPECDIFF_ZOO_DIR", Path(__file__).parent / "models"))
 
 __all__ = ["MODEL_NAMES", "SAMPLING", "load", "tokenizer", "model_dir"]
 
@@ -28,7 +30,7 @@ def model_dir(name: str) -> Path:
 @lru_cache(maxsize=1)
 def tokenizer():
     """The testbed tokenizer (`PreTrainedTokenizerFast`; bos is prepended when special tokens are added)."""
-    from specdiff.zoo.tokenizer import load_tokenizer
+    from specdiff.zoo.tokenization import load_tokenizer
 
     return load_tokenizer()
 

@@ -5,9 +5,11 @@ default sampling settings. `specdiff zoo train NAME` reproduces a model from its
 - `ar-drafter`: a much smaller Qwen3 causal LM, the classic speculative-decoding baseline.
 - `masked-drafter`: Dream-style masked diffusion LM: the same Qwen3 backbone run with bidirectional
   attention, logits shifted by one position (logit i predicts token i+1), a mask token, trained with
-  the MDLM objective on the answer given the prompt. Initialised from `ar-drafter`, as Dream was
-  from Qwen2.5 (it cannot start from the verifier: it re-encodes every position at every denoising
-  step without a cache, so it must be several times cheaper than a verifier round).
+  the MDLM objective on the answer given the prompt. It re-encodes every position at every
+  denoising step without a cache, so it must be several times cheaper than a verifier round: it
+  has the verifier's width and a third of its depth. `init_from="verifier"` starts it from the
+  verifier's embeddings, first two layers and final norm (as Dream started from Qwen2.5); the
+  shipped one is trained from scratch so that it can train alongside the verifier (see docs).
 """
 from __future__ import annotations
 
@@ -15,24 +17,26 @@ CANVAS_TOKENS = 80  # masked drafter: answer canvas, answer + eos padding (max a
 
 # Qwen3Config keyword arguments; vocab and special token ids are filled in from the tokenizer.
 ARCHITECTURES = {
-    "verifier": dict(hidden_size=256, num_hidden_layers=6, num_attention_heads=4, num_key_value_heads=2,
-                     head_dim=64, intermediate_size=768),
-    "ar-drafter": dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                       head_dim=32, intermediate_size=384),
-    "masked-drafter": dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                           head_dim=32, intermediate_size=384),
+    "verifier": dict(hidden_size=96, num_hidden_layers=6, num_attention_heads=4, num_key_value_heads=2,
+                     head_dim=24, intermediate_size=384),
+    "ar-drafter": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                       head_dim=16, intermediate_size=256),
+    "masked-drafter": dict(hidden_size=96, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                           head_dim=24, intermediate_size=384),
 }
 
 COMMON_ARCHITECTURE = dict(max_position_embeddings=192, tie_word_embeddings=True, rope_theta=10000.0,
                            rms_norm_eps=1e-6, attention_dropout=0.0)
 
 TRAINING = {
-    "verifier": dict(objective="ar", steps=2400, batch_size=64, lr=2e-3, warmup=100, weight_decay=0.1,
+    "verifier": dict(objective="ar", steps=1800, batch_size=32, lr=3e-3, warmup=100, weight_decay=0.1,
                      seed=1, init_from=None),
-    "ar-drafter": dict(objective="ar", steps=2400, batch_size=64, lr=3e-3, warmup=100, weight_decay=0.1,
+    "ar-drafter": dict(objective="ar", steps=1200, batch_size=32, lr=3e-3, warmup=100, weight_decay=0.1,
                        seed=2, init_from=None),
-    "masked-drafter": dict(objective="mdlm", steps=3000, batch_size=64, lr=3e-3, warmup=100, weight_decay=0.1,
-                           seed=3, init_from="ar-drafter"),
+    # init_from="verifier" would start from the verifier's embeddings, first two layers and final
+    # norm (same width); the shipped drafter is trained from scratch, alongside the verifier.
+    "masked-drafter": dict(objective="mdlm", steps=1600, batch_size=32, lr=3e-3, warmup=100, weight_decay=0.1,
+                           seed=3, init_from=None),
 }
 
 # Default sampling settings, after the first paper's Table 3 (Qwen2.5 verifier; Dream standalone).

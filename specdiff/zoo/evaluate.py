@@ -102,7 +102,7 @@ def step_ms(model, name: str, typical_length: int, repeats: int = 30) -> float:
 
     def one_round():
         model(input_ids=ids[:, prefix_length:], past_key_values=cache, use_cache=True)
-        cache.crop(prefix_length)  # roll back, as after a rejected draft
+        cache.crop(-(ids.shape[1] - prefix_length))  # roll back the new tokens, as after a rejected draft
 
     return _median_ms(one_round, repeats)
 

@@ -1,0 +1,115 @@
+"""`specdiff bench verify`: our batched verify() beside transformers' _speculative_sampling.
+
+Both sides start from the same logits. transformers handles one sequence per call, so it is
+called row by row over the same tensors. The floor is one pass that reads the target and draft
+logits once (a sum over each). Times are medians over repeats after a warm-up, with a fixed
+torch thread count; ratios compare runs made side by side in this one process.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+import time
+
+
+def register(subparsers) -> None:
+    bench = subparsers.add_parser("bench", help="benchmarks that print JSON (ratios measured side by side)")
+    which = bench.add_subparsers(dest="bench_target", metavar="TARGET")
+    verify = which.add_parser("verify", help="time verify() against transformers' speculative sampling and a read-once floor")
+    verify.add_argument("--json", action="store_true", help="print only the JSON result")
+    verify.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
+    verify.add_argument("--repeats", type=int, default=7, help="timed repeats per case; the median is reported")
+    verify.add_argument("--block", type=int, default=16, help="draft length B (default 16)")
+    verify.add_argument("--vocab", type=int, nargs="+", default=[151_936, 32_000], help="vocabulary sizes")
+    verify.add_argument("--batch", type=int, nargs="+", default=[1, 8], help="batch sizes")
+    verify.add_argument("--delta", type=float, default=0.5, help="Cactus KL budget for the Cactus timing")
+    verify.add_argument("--seed", type=int, default=0)
+    verify.set_defaults(handler=run_verify_bench)
+    bench.set_defaults(handler=lambda args: (bench.print_help(), 0)[1])
+
+
+def _median_ms(fn, repeats: int) -> float:
+    fn()  # warm-up
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return 1e3 * statistics.median(times)
+
+
+def bench_case(batch: int, vocab: int, block_len: int, repeats: int, delta: float, seed: int) -> dict:
+    import torch
+    from transformers.generation.utils import _speculative_sampling
+
+    import specdiff as sd
+
+    generator = torch.Generator().manual_seed(seed)
+    # Target logits with a realistic spread; the draft is a noisy copy, so acceptance is moderate.
+    target_logits = 3.0 * torch.randn(batch, block_len + 1, vocab, generator=generator)  # [b, B+1, V]
+    draft_logits = target_logits[:, :block_len] + 1.5 * torch.randn(batch, block_len, vocab, generator=generator)  # [b, B, V]
+    draft_tokens = torch.multinomial(
+        torch.softmax(draft_logits.reshape(-1, vocab), dim=-1), 1, generator=generator
+    ).reshape(batch, block_len)  # [b, B]
+
+    def ours(rule):
+        return lambda: sd.verify(draft_tokens, draft_logits, target_logits, rule=rule, inputs="logits", generator=generator)
+
+    def hf_rows():
+        for row in range(batch):
+            _speculative_sampling(draft_tokens[row : row + 1], draft_logits[row : row + 1], block_len, target_logits[row : row + 1])
+
+    def floor():
+        return target_logits.sum(), draft_logits.sum()
+
+    lossless_ms = _median_ms(ours(sd.Lossless()), repeats)
+    cactus_ms = _median_ms(ours(sd.Cactus(delta)), repeats)
+    linear_ms = _median_ms(ours(sd.Linear(0.4)), repeats)
+    hf_ms = _median_ms(hf_rows, repeats)
+    floor_ms = _median_ms(floor, repeats)
+    accepted = sd.verify(draft_tokens, draft_logits, target_logits, inputs="logits", generator=generator).num_accepted
+    return {
+        "batch": batch,
+        "vocab": vocab,
+        "block": block_len,
+        "lossless_ms": round(lossless_ms, 3),
+        "cactus_ms": round(cactus_ms, 3),
+        "linear_ms": round(linear_ms, 3),
+        "hf_ms": round(hf_ms, 3),
+        "floor_ms": round(floor_ms, 3),
+        "ratio_vs_hf": round(lossless_ms / hf_ms, 3),
+        "ratio_vs_floor": round(lossless_ms / floor_ms, 3),
+        "ratio_cactus_vs_lossless": round(cactus_ms / lossless_ms, 3),
+        "mean_accepted": round(accepted.double().mean().item(), 3),
+    }
+
+
+def run_verify_bench(args) -> int:
+    import torch
+    import transformers
+
+    torch.set_num_threads(args.threads)
+    cases = []
+    for vocab in args.vocab:
+        for batch in args.batch:
+            case = bench_case(batch, vocab, args.block, args.repeats, args.delta, args.seed)
+            cases.append(case)
+            if not args.json:
+                print(f"V={vocab:>7} b={batch}: ours {case['lossless_ms']:8.2f} ms  hf {case['hf_ms']:8.2f} ms  "
+                      f"floor {case['floor_ms']:7.2f} ms  cactus {case['cactus_ms']:8.2f} ms")
+    headline = next((c for c in cases if c["batch"] == 8 and c["vocab"] == 151_936), cases[-1])
+    result = {
+        "bench": "verify",
+        "ratio_vs_hf": headline["ratio_vs_hf"],
+        "ratio_vs_floor": headline["ratio_vs_floor"],
+        "ratio_cactus_vs_lossless": headline["ratio_cactus_vs_lossless"],
+        "headline_case": {"batch": headline["batch"], "vocab": headline["vocab"], "block": headline["block"]},
+        "targets": {"ratio_vs_hf": 0.7, "ratio_vs_floor": 3.0, "ratio_cactus_vs_lossless": 1.5},
+        "cases": cases,
+        "threads": args.threads,
+        "repeats": args.repeats,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+    }
+    print(json.dumps(result, indent=None if args.json else 2))
+    return 0

@@ -1,0 +1,82 @@
+"""`specdiff zoo`: list, train and evaluate the shipped testbed models."""
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def register(subparsers) -> None:
+    """Adds `zoo` with `list`, `train NAME` and `eval` to the `specdiff` command."""
+    from specdiff.zoo.configs import MODEL_NAMES
+
+    zoo = subparsers.add_parser("zoo", help="the shipped testbed models: list, train, eval",
+                                description="The shipped testbed: tokenizer and tiny verifier / drafter models "
+                                            "for the arith task (see docs/testbed.md).")
+    zoo_sub = zoo.add_subparsers(dest="zoo_command", metavar="ZOO_COMMAND")
+    zoo.set_defaults(handler=lambda args: (zoo.print_help(), 0)[1])
+
+    listing = zoo_sub.add_parser("list", help="list the shipped models", description="List the shipped models.")
+    listing.add_argument("--json", action="store_true", help="print JSON")
+    listing.set_defaults(handler=run_list)
+
+    train = zoo_sub.add_parser("train", help="train a model from its config and seed",
+                               description="Train a zoo model from its config and seed, resuming from "
+                                           "runs/zoo/NAME/checkpoint.pt; writes config.json + model.safetensors.")
+    train.add_argument("name", choices=MODEL_NAMES)
+    train.add_argument("--steps", type=int, default=None, help="override the number of steps")
+    train.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    train.add_argument("--run-dir", default=None, help="checkpoint dir (default runs/zoo/NAME)")
+    train.add_argument("--out", default=None, help="output dir (default: the package's model dir)")
+    train.add_argument("--fresh", action="store_true", help="ignore an existing checkpoint")
+    train.set_defaults(handler=run_train)
+
+    evaluate = zoo_sub.add_parser("eval", help="accuracy, size and speed on arith test problems",
+                                  description="Standalone accuracy of each model on the first N arith test "
+                                              "problems at its default sampling settings, parameters, mean "
+                                              "answer tokens and ms per step.")
+    evaluate.add_argument("--models", nargs="+", choices=MODEL_NAMES, default=list(MODEL_NAMES))
+    evaluate.add_argument("-n", type=int, default=500, help="number of test problems (default 500)")
+    evaluate.add_argument("--seed", type=int, default=0)
+    evaluate.add_argument("--threads", type=int, default=2)
+    evaluate.add_argument("--json", action="store_true", help="print JSON")
+    evaluate.set_defaults(handler=run_eval)
+
+
+def run_list(args: argparse.Namespace) -> int:
+    from specdiff.zoo import configs, model_dir
+
+    rows = {}
+    for name in configs.MODEL_NAMES:
+        path = model_dir(name) / "model.safetensors"
+        rows[name] = {"architecture": "Qwen3ForCausalLM", "objective": configs.TRAINING[name]["objective"],
+                      **configs.ARCHITECTURES[name], "shipped": path.exists(),
+                      "bytes": path.stat().st_size if path.exists() else 0}
+    if args.json:
+        print(json.dumps({"models": rows}, indent=1))
+    else:
+        for name, row in rows.items():
+            print(f"{name:15s} {row['objective']:5s} hidden={row['hidden_size']} layers={row['num_hidden_layers']} "
+                  f"{'shipped' if row['shipped'] else 'missing'} {row['bytes'] / 1e6:.2f} MB")
+    return 0
+
+
+def run_train(args: argparse.Namespace) -> int:
+    from specdiff.zoo.train import train
+
+    train(args.name, run_dir=args.run_dir, out_dir=args.out, steps=args.steps, threads=args.threads,
+          resume=not args.fresh)
+    return 0
+
+
+def run_eval(args: argparse.Namespace) -> int:
+    from specdiff.zoo.evaluate import evaluate
+
+    results = evaluate(args.models, n=args.n, seed=args.seed, threads=args.threads, progress=not args.json)
+    if args.json:
+        print(json.dumps(results, indent=1))
+    else:
+        print(f"{'model':15s} {'accuracy':>9s} {'params':>9s} {'answer tok':>10s} {'ms/step':>8s}")
+        for name, row in results["models"].items():
+            print(f"{name:15s} {row['accuracy']:9.3f} {row['params']:9d} {row['mean_answer_tokens']:10.1f} "
+                  f"{row['ms_per_step']:8.2f}")
+    return 0
