@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
-from specdiff.drafters.base import Draft, Drafter, filter_logits
+from specdiff.drafters.base import Draft, Drafter, cache_kwargs, filter_logits
 
 
 @dataclass
@@ -33,7 +33,7 @@ class AutoregressiveDrafter(Drafter):
         position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # [b, P]
         cache = DynamicCache(config=self.model.config)
         logits = self.model(input_ids=prefix, attention_mask=attention_mask, position_ids=position_ids,
-                            past_key_values=cache, use_cache=True).logits[:, -1].float()  # [b, V]
+                            **cache_kwargs(self.model, cache)).logits[:, -1].float()  # [b, V]
         tokens, probs = [], []
         for i in range(block_size):
             if self.temperature == 0:
@@ -48,5 +48,5 @@ class AutoregressiveDrafter(Drafter):
             attention_mask = torch.cat([attention_mask, torch.ones_like(token)], dim=1)
             position_ids = position_ids[:, -1:] + 1
             logits = self.model(input_ids=token, attention_mask=attention_mask, position_ids=position_ids,
-                                past_key_values=cache, use_cache=True).logits[:, -1].float()
+                                **cache_kwargs(self.model, cache)).logits[:, -1].float()
         return Draft(tokens=torch.cat(tokens, dim=1), probs=torch.stack(probs, dim=1))

@@ -37,3 +37,12 @@ def filter_logits(logits: torch.Tensor, top_p: float = 1.0, top_k: int = 0) -> t
         remove = torch.zeros_like(remove_sorted).scatter(-1, order, remove_sorted)
         logits = logits.masked_fill(remove, float("-inf"))
     return logits
+
+
+def cache_kwargs(model, cache) -> dict:
+    """Keyword arguments that pass a KV cache to a transformers model's forward: `cache=` in
+    transformers >= 5.24 (`past_key_values` is deprecated there), `past_key_values=` before."""
+    import inspect
+
+    name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    return {name: cache, "use_cache": True}

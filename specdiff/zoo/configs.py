@@ -29,7 +29,7 @@ COMMON_ARCHITECTURE = dict(max_position_embeddings=192, tie_word_embeddings=True
                            rms_norm_eps=1e-6, attention_dropout=0.0)
 
 TRAINING = {
-    "verifier": dict(objective="ar", steps=1800, batch_size=32, lr=3e-3, warmup=100, weight_decay=0.1,
+    "verifier": dict(objective="ar", steps=1200, batch_size=32, lr=3e-3, warmup=100, weight_decay=0.1,
                      seed=1, init_from=None),
     "ar-drafter": dict(objective="ar", steps=1200, batch_size=32, lr=3e-3, warmup=100, weight_decay=0.1,
                        seed=2, init_from=None),

@@ -87,6 +87,8 @@ def step_ms(model, name: str, typical_length: int, repeats: int = 30) -> float:
     """Milliseconds of one step of zoo model `name` at batch 1 (see module docstring)."""
     from transformers import DynamicCache
 
+    from specdiff.drafters.base import cache_kwargs
+
     vocab = model.config.vocab_size
     ids = torch.randint(5, vocab, (1, typical_length))
     if configs.TRAINING[name]["objective"] == "mdlm":
@@ -97,11 +99,11 @@ def step_ms(model, name: str, typical_length: int, repeats: int = 30) -> float:
     new = VERIFY_TOKENS if name == "verifier" else 1
     prefix = ids[:, : typical_length - new]
     cache = DynamicCache(config=model.config)
-    model(input_ids=prefix, past_key_values=cache, use_cache=True)
+    model(input_ids=prefix, **cache_kwargs(model, cache))
     prefix_length = prefix.shape[1]
 
     def one_round():
-        model(input_ids=ids[:, prefix_length:], past_key_values=cache, use_cache=True)
+        model(input_ids=ids[:, prefix_length:], **cache_kwargs(model, cache))
         cache.crop(-(ids.shape[1] - prefix_length))  # roll back the new tokens, as after a rejected draft
 
     return _median_ms(one_round, repeats)

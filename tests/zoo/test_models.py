@@ -7,6 +7,10 @@ from specdiff.drafters.masked import MaskedDiffusionDrafter, masked_logits
 from specdiff.eval import tasks
 
 
+if not all((zoo.model_dir(n) / "model.safetensors").exists() for n in zoo.MODEL_NAMES):  # pragma: no cover
+    pytest.skip("zoo weights not trained yet (specdiff zoo train NAME)", allow_module_level=True)
+
+
 @pytest.fixture(scope="module")
 def tok():
     return zoo.tokenizer()
@@ -95,3 +99,17 @@ def test_masked_drafter_draft_and_generate(tok):
     assert torch.equal(draft.tokens, again.tokens)
     canvas = drafter.generate(ids, mask, 12, steps=12, generator=torch.Generator().manual_seed(0))
     assert canvas.shape == (2, 12)
+
+
+def test_autoregressive_drafter_matches_model(tok):
+    from specdiff.drafters.autoregressive import AutoregressiveDrafter
+
+    model = zoo.load("ar-drafter")
+    ids = tok([tasks.arith_problems("test", 1)[0].prompt], return_tensors="pt").input_ids
+    drafter = AutoregressiveDrafter(model, temperature=0.0)
+    draft = drafter.draft(ids, None, 6)
+    with torch.no_grad():
+        greedy = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=6, do_sample=False,
+                                min_new_tokens=6, pad_token_id=tok.pad_token_id)
+    assert torch.equal(draft.tokens, greedy[:, ids.shape[1]:])
+    assert draft.probs.shape == (1, 6, len(tok))
