@@ -37,7 +37,7 @@ def load_classifier(path: Path | str = WEIGHTS_DIR / "digits_classifier.safetens
 
 
 def digit_features(images: torch.Tensor, classifier=None) -> np.ndarray:
-    """Classifier features [n, 64] of digits given as [n, 64] or [n, 1, 8, 8] in [-1, 1]."""
+    """Classifier features [n, 16] of digits given as [n, 64] or [n, 1, 8, 8] in [-1, 1]."""
     classifier = classifier or load_classifier()
     with torch.inference_mode():
         return classifier.features(images.reshape(-1, 1, 8, 8).float().clamp(-1, 1)).double().numpy()

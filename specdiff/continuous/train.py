@@ -96,16 +96,16 @@ def train_denoiser(
 
 
 class DigitsClassifier(torch.nn.Module):
-    """A small CNN on 8x8 digits; `features` (64-d, penultimate) feed the Frechet distance."""
+    """A small CNN on 8x8 digits; `features` (16-d, penultimate) feed the Frechet distance."""
 
     def __init__(self):
         super().__init__()
         self.conv1 = torch.nn.Conv2d(1, 16, 3, padding=1)
         self.conv2 = torch.nn.Conv2d(16, 32, 3, padding=1, stride=2)
-        self.hidden = torch.nn.Linear(32 * 4 * 4, 64)
-        self.head = torch.nn.Linear(64, 10)
+        self.hidden = torch.nn.Linear(32 * 4 * 4, 16)
+        self.head = torch.nn.Linear(16, 10)
 
-    def features(self, images: torch.Tensor) -> torch.Tensor:  # [n, 1, 8, 8] -> [n, 64]
+    def features(self, images: torch.Tensor) -> torch.Tensor:  # [n, 1, 8, 8] -> [n, 16]
         h = F.silu(self.conv1(images))
         h = F.silu(self.conv2(h))
         return F.silu(self.hidden(h.flatten(1)))

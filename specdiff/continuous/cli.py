@@ -1,0 +1,204 @@
+"""`specdiff continuous ...`: sample, bench, train, eval. Heavy imports live inside the handlers."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+METHOD_CHOICES = ("ddpm", "R", "D", "B")
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "continuous",
+        help="continuous speculative diffusion (second paper): sample, bench, train, eval",
+        description="Speculative DDPM with reflection/decomposition residuals and sample/block verification.",
+    )
+    sub = parser.add_subparsers(dest="continuous_command", metavar="SUBCOMMAND")
+    parser.set_defaults(handler=lambda args: (parser.print_help(), 0)[1])
+
+    def common(p):
+        p.add_argument("--model", choices=("digits", "gmm2d", "gmm64d"), default="digits", help="target model")
+        p.add_argument("--steps", type=int, default=250, help="denoising steps K")
+        p.add_argument("--churn", type=float, default=0.5, help="churn epsilon in [0, 1]")
+        p.add_argument("--gamma", type=int, default=7, help="draft length")
+        p.add_argument("--drafter", choices=("free", "frozen"), default="free")
+        p.add_argument("--temperature", type=float, default=1.0, help="omega (Appendix I); != 1 is lossy")
+        p.add_argument("--seed", type=int, default=0)
+        p.add_argument("--threads", type=int, default=1, help="torch threads")
+        p.add_argument("--json", action="store_true", help="print JSON")
+
+    p = sub.add_parser("sample", help="draw samples with DDPM or R/D/B and print statistics")
+    common(p)
+    p.add_argument("--method", choices=METHOD_CHOICES, default="B", help="ddpm, or R/D/B of Table 1")
+    p.add_argument("--num-samples", type=int, default=16)
+    p.add_argument("--out", help="write samples (.npz) or a digit grid (.png)")
+    p.set_defaults(handler=_sample)
+
+    p = sub.add_parser("eval", help="exactness (two-sample tests vs DDPM) and Frechet distance of R/D/B")
+    common(p)
+    p.add_argument("--num-samples", type=int, default=2000)
+    p.set_defaults(handler=_eval)
+
+    p = sub.add_parser("bench", help="Table 2 analog on the digits model: speedup, block efficiency, FD")
+    p.add_argument("--quick", action="store_true", help="K in {50, 100, 250}, smaller FD batches")
+    p.add_argument("--steps", type=int, nargs="+", default=None)
+    p.add_argument("--churns", type=float, nargs="+", default=[0.25, 0.5])
+    p.add_argument("--gamma", type=int, default=7)
+    p.add_argument("--num-timing", type=int, default=50, help="single samples timed per method (median)")
+    p.add_argument("--fd-samples", type=int, default=None, help="batch size for the Frechet distance")
+    p.add_argument("--fd-max-steps", type=int, default=None, help="compute FD only for K <= this")
+    p.add_argument("--ddpm-fd-seeds", type=int, default=3, help="DDPM FD runs, for its spread")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--weights", help="digits UNet directory (default: shipped)")
+    p.add_argument("--out-json", help="also write the JSON here")
+    p.add_argument("--plot", help="write the speedup-vs-steps PNG here")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(handler=_bench)
+
+    p = sub.add_parser("train", help="train the shipped digits denoiser and/or FD classifier")
+    p.add_argument("what", choices=("denoiser", "classifier", "all"), nargs="?", default="all")
+    p.add_argument("--steps", type=int, default=1200)
+    p.add_argument("--batch-size", type=int, default=96)
+    p.add_argument("--lr", type=float, default=4e-3)
+    p.add_argument("--ema-decay", type=float, default=0.995)
+    p.add_argument("--out-dir", help="default: the package's weights/ directory")
+    p.add_argument("--checkpoint", default="digits_unet_checkpoint.pt", help="resumable training state")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(handler=_train)
+
+
+def _target(args, steps=None):
+    import torch
+
+    from specdiff.continuous.models import Target, gaussian_mixture_2d, gaussian_mixture_64d, load_digits_target
+    from specdiff.continuous.schedules import rectified_flow_schedule
+
+    torch.set_num_threads(args.threads)
+    steps = steps or args.steps
+    if args.model == "digits":
+        return load_digits_target(steps, args.churn)
+    mixture = gaussian_mixture_2d() if args.model == "gmm2d" else gaussian_mixture_64d()
+    return Target(rectified_flow_schedule(steps, args.churn), mixture, mixture.dim)
+
+
+def _run(args, target, method, num_samples, seed_offset=0):
+    import torch
+
+    from specdiff.continuous.bench import METHODS
+    from specdiff.continuous.sampler import SpeculativeSampler, ddpm_sample, initial_noise
+
+    dtype = torch.float32 if args.model == "digits" else torch.float64
+    noise = initial_noise(num_samples, target.dim, torch.Generator().manual_seed(args.seed + seed_offset), dtype)
+    generator = torch.Generator().manual_seed(args.seed + 1 + seed_offset)
+    if method == "ddpm":
+        return ddpm_sample(target, noise, generator)
+    sampler = SpeculativeSampler(target, args.drafter, args.gamma, *METHODS[method], temperature=args.temperature)
+    return sampler.sample(noise, generator)
+
+
+def _print(args, payload):
+    if args.json:
+        print(json.dumps(payload, indent=1))
+    else:
+        for key, value in payload.items():
+            print(f"{key}: {value}")
+
+
+def _sample(args) -> int:
+    target = _target(args)
+    samples, stats = _run(args, target, args.method, args.num_samples)
+    payload = {"model": args.model, "method": args.method, **stats.summary()}
+    if args.out:
+        _save_samples(samples, args.out, args.model)
+        payload["out"] = args.out
+    _print(args, payload)
+    return 0
+
+
+def _save_samples(samples, path, model):
+    import numpy as np
+
+    if path.endswith(".png") and model == "digits":
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        images = samples.reshape(-1, 8, 8).clamp(-1, 1).numpy()
+        cols = min(8, images.shape[0])
+        rows = -(-images.shape[0] // cols)
+        fig, axes = plt.subplots(rows, cols, figsize=(cols, rows), squeeze=False)
+        for ax in axes.flat:
+            ax.axis("off")
+        for ax, image in zip(axes.flat, images):
+            ax.imshow(image, cmap="gray_r", vmin=-1, vmax=1)
+        fig.savefig(path, dpi=80)
+    else:
+        np.savez(path, samples=samples.numpy())
+
+
+def _eval(args) -> int:
+    from specdiff.continuous.metrics import digits_frechet_distance, projection_two_sample_pvalues
+
+    target = _target(args)
+    reference, ddpm_stats = _run(args, target, "ddpm", args.num_samples, seed_offset=100)
+    payload = {"model": args.model, "steps": args.steps, "churn": args.churn, "num_samples": args.num_samples, "methods": {}}
+    if args.model == "digits":
+        payload["ddpm_fd"] = digits_frechet_distance(reference)
+    for method in ("R", "D", "B"):
+        samples, stats = _run(args, target, method, args.num_samples)
+        entry = {"block_efficiency": stats.block_efficiency, "min_projection_pvalue_vs_ddpm": min(projection_two_sample_pvalues(samples, reference))}
+        if args.model == "digits":
+            entry["fd"] = digits_frechet_distance(samples)
+        payload["methods"][method] = entry
+    _print(args, payload)
+    return 0
+
+
+def _bench(args) -> int:
+    from specdiff.continuous.bench import plot_speedup, run_bench, write_json
+
+    steps = args.steps or ([50, 100, 250] if args.quick else [50, 100, 250, 500, 1000])
+    fd_samples = args.fd_samples if args.fd_samples is not None else (300 if args.quick else 500)
+    fd_max_steps = args.fd_max_steps if args.fd_max_steps is not None else max(steps)
+
+    def report(rows):
+        if not args.json:
+            for r in rows:
+                print(json.dumps(r), file=sys.stderr, flush=True)
+
+    result = run_bench(
+        steps=steps, churns=args.churns, draft_length=args.gamma, num_timing=args.num_timing,
+        fd_samples=fd_samples, fd_max_steps=fd_max_steps, ddpm_fd_seeds=args.ddpm_fd_seeds,
+        threads=args.threads, seed=args.seed, weights=args.weights, on_row=report,
+    )
+    if args.out_json:
+        write_json(result, args.out_json)
+    if args.plot:
+        plot_speedup(result, args.plot)
+    print(json.dumps(result, indent=1) if args.json else json.dumps({"wall_seconds": result["wall_seconds"], "rows": len(result["rows"])}))
+    return 0
+
+
+def _train(args) -> int:
+    from pathlib import Path
+
+    import torch
+
+    from specdiff.continuous.models import WEIGHTS_DIR
+    from specdiff.continuous.train import train_classifier, train_denoiser
+
+    torch.set_num_threads(args.threads)
+    out = Path(args.out_dir) if args.out_dir else WEIGHTS_DIR
+    report = {}
+    if args.what in ("classifier", "all"):
+        report["classifier"] = train_classifier(out / "digits_classifier.safetensors", seed=args.seed)
+    if args.what in ("denoiser", "all"):
+        path = train_denoiser(out / "digits_unet", steps=args.steps, batch_size=args.batch_size, lr=args.lr,
+                              ema_decay=args.ema_decay, seed=args.seed, checkpoint=args.checkpoint)
+        report["denoiser"] = str(path)
+    print(json.dumps(report, indent=1))
+    return 0
