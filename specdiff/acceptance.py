@@ -24,6 +24,7 @@ import math
 from dataclasses import dataclass
 from typing import NamedTuple
 
+import numpy as np
 import torch
 
 
@@ -175,31 +176,47 @@ def cactus_gamma(p_draft: torch.Tensor, delta: float, max_iters: int = 60, tol: 
     delta >= log(1/p); otherwise gamma* is the root of Phi(gamma) = delta in (p, 1). Newton's
     method started to the right of a convex increasing function's root stays right of it and
     converges monotonically; Pinsker's inequality Phi(gamma) >= 2 (gamma - p)^2 gives such a
-    start, gamma_0 = p + sqrt(delta / 2). Solved in float64 for p near 0 and near 1.
+    start, gamma_0 = p + sqrt(delta / 2). Solved in float64 for p near 0 and near 1. On the CPU
+    the few values (one per drafted position) are solved in NumPy, where an elementwise op costs
+    a microsecond instead of a torch dispatch.
 
     p_draft: [...] verifier probability of the drafted token. Returns gamma*, [...], float64.
     """
+    if p_draft.device.type == "cpu":
+        p = np.clip(p_draft.detach().to(torch.float64).numpy(), 0.0, 1.0)
+        return torch.from_numpy(_newton_gamma(np, p, delta, max_iters, tol))
     p = p_draft.to(torch.float64).clamp(0.0, 1.0)
-    one_minus_p = 1.0 - p
+    return _newton_gamma(torch, p, delta, max_iters, tol)
+
+
+def _newton_gamma(xp, p, delta: float, max_iters: int, tol: float):
+    """The Newton solve of cactus_gamma on a NumPy array or a torch tensor (xp is the module)."""
     if delta == 0.0:
-        return p.clone()
-    reaches_one = delta >= -torch.log(p)  # includes p = 1; p = 0 gives +inf and never reaches
-    # Interior start: right of the root, strictly inside (p, 1).
-    gamma = torch.minimum(p + math.sqrt(delta / 2.0), torch.full_like(p, 1.0 - 1e-15))
-    gamma = torch.maximum(gamma, p)
-    interior = ~reaches_one & (p > 0)
-    for _ in range(max_iters):
-        one_minus_gamma = 1.0 - gamma
-        phi = bernoulli_kl(gamma, p) - delta
-        # Phi'(gamma) = log(gamma / p) - log((1 - gamma) / (1 - p))
-        slope = torch.log(gamma / p) - torch.log(one_minus_gamma / one_minus_p)
-        step = torch.where(interior & (slope > 0), phi / slope, torch.zeros_like(phi))
-        gamma = torch.maximum(gamma - step, p).clamp(max=1.0)
-        if not bool((step.abs() > tol).any()):
-            break
-    gamma = torch.where(reaches_one, torch.ones_like(gamma), gamma)
-    gamma = torch.where(p > 0, gamma, torch.zeros_like(gamma))  # p(y) = 0: no finite KL lifts it
-    return gamma
+        return p.copy() if xp is np else p.clone()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        reaches_one = delta >= -xp.log(p)  # includes p = 1; p = 0 gives +inf and never reaches
+        interior = ~reaches_one & (p > 0)
+        start = p + math.sqrt(delta / 2.0)
+        gamma = xp.maximum(xp.where(start < 1.0 - 1e-15, start, 1.0 - 1e-15), p)
+        log_p, log_rest = xp.log(p), xp.log1p(-p)
+        for _ in range(max_iters):
+            log_gamma, log_gamma_rest = xp.log(gamma), xp.log1p(-gamma)
+            # Phi(gamma) - delta and Phi'(gamma) = log(gamma / p) - log((1 - gamma) / (1 - p))
+            gap = gamma * (log_gamma - log_p) + _x_times(xp, 1.0 - gamma, log_gamma_rest - log_rest) - delta
+            slope = (log_gamma - log_p) - (log_gamma_rest - log_rest)
+            ok = interior & (slope > 0)
+            step = xp.where(ok, gap / xp.where(ok, slope, 1.0), 0.0)
+            gamma = xp.maximum(gamma - step, p)
+            gamma = xp.where(gamma < 1.0, gamma, 1.0)
+            if not bool((xp.abs(step) > tol).any()):
+                break
+    gamma = xp.where(reaches_one, 1.0, gamma)
+    return xp.where(p > 0, gamma, 0.0)  # p(y) = 0: no finite KL lifts it
+
+
+def _x_times(xp, x, log_term):
+    """x * log_term with 0 * (-inf) = 0."""
+    return xp.where(x > 0, x * log_term, 0.0)
 
 
 def cactus_gamma_taylor(p_draft: torch.Tensor, delta: float) -> torch.Tensor:
