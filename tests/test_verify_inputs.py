@@ -179,3 +179,19 @@ def test_large_vocabulary_logits_path_is_exact_on_first_token():
                           generator=torch.Generator().manual_seed(1))
     assert torch.equal(via_logits.num_accepted, via_probs.num_accepted)
     assert torch.allclose(via_logits.accept_prob, via_probs.accept_prob, atol=1e-5, equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_low_precision_probabilities_are_exact_on_first_token(dtype):
+    """float32 and bfloat16 probability inputs are computed in float32 and stay exact."""
+    from exactness import TV_TOLERANCE, histogram, total_variation_to
+
+    generator = torch.Generator().manual_seed(8)
+    num_rows, vocab = 200_000, 8
+    p = random_distribution(generator, vocab=vocab).to(dtype)
+    q = random_distribution(generator, vocab=vocab).to(dtype)
+    draft = torch.multinomial(q.double().expand(num_rows, vocab), 1, replacement=True, generator=generator)
+    result = sd.verify(draft, q.expand(num_rows, 1, vocab), p.expand(num_rows, 2, vocab), generator=generator)
+    assert result.accept_prob.dtype == torch.float32
+    target = p.double() / p.double().sum()  # the distribution bfloat16 actually stores
+    assert total_variation_to(histogram(result.tokens[:, 0], vocab), target) <= TV_TOLERANCE
