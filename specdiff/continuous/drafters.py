@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from specdiff.continuous.schedules import Schedule, denoised_from_score, transition_mean
+from specdiff.continuous.schedules import Schedule, transition_mean
 
 
 def draft_with_frozen_score(
@@ -24,15 +24,19 @@ def draft_with_frozen_score(
     frozen_score: torch.Tensor,  # [b, d] s^q at the frozen point
     draft_noise: torch.Tensor,  # [b, g, d] z_1..z_g (zero past num_drafted)
 ) -> tuple[torch.Tensor, torch.Tensor]:  # draft_means [b, g, d], draft_states [b, g, d]
-    """Eq. 10: m^p_{k+i}(y) is the target's step from y with the score frozen at s^q(y_k)."""
+    """Eq. 10: m^p_{k+i}(y) is the target's step from y with the score frozen at s^q(y_k):
+    m^p_{k+i}(y) = A_{k+i} y + B_{k+i} s^q(y_k), A and B from schedules.Schedule."""
     last_step = schedule.num_steps - 1
+    step = (steps.unsqueeze(-1) + torch.arange(draft_noise.shape[1])).clamp(max=last_step)  # [b, g]
+    dtype = states.dtype
+    state_coef = schedule.state_coef[step].to(dtype).unsqueeze(-1)  # [b, g, 1]
+    score_coef = schedule.score_coef[step].to(dtype).unsqueeze(-1)
+    noise_scale = schedule.step_std[step].to(dtype).unsqueeze(-1)
     draft_means, draft_states = [], []
     current = states
     for i in range(draft_noise.shape[1]):
-        step = (steps + i).clamp(max=last_step)
-        denoised = denoised_from_score(schedule, current, step, frozen_score)
-        mean = transition_mean(schedule, current, step, denoised)
-        current = mean + schedule.step_std[step].to(mean.dtype).unsqueeze(-1) * draft_noise[:, i]
+        mean = state_coef[:, i] * current + score_coef[:, i] * frozen_score
+        current = mean + noise_scale[:, i] * draft_noise[:, i]
         draft_means.append(mean)
         draft_states.append(current)
     return torch.stack(draft_means, 1), torch.stack(draft_states, 1)

@@ -15,7 +15,9 @@ import math
 import warnings
 from dataclasses import dataclass
 
+import numpy as np
 import torch
+from scipy import special
 
 LOG_HALF = math.log(0.5)
 
@@ -105,44 +107,72 @@ def log_residual_mass(log_alpha: torch.Tensor, delta_norm: torch.Tensor) -> torc
     return torch.where(delta_norm > 0, log_mass, torch.full_like(log_mass, -math.inf))
 
 
+def _np_log1mexp(x: np.ndarray) -> np.ndarray:
+    x = np.minimum(x, 0.0)
+    with np.errstate(divide="ignore"):
+        return np.where(x > -math.log(2.0), np.log(-np.expm1(x)), np.log1p(-np.exp(x)))
+
+
+def _np_log_cdf(u, log_alpha, delta_norm):
+    """log(alpha Phi(u) - Phi(u - |D|)) for u <= c, as log_residual_cdf_unnormalised (numpy)."""
+    log_phi_u = special.log_ndtr(u)
+    return log_alpha + log_phi_u + _np_log1mexp(special.log_ndtr(u - delta_norm) - log_phi_u - log_alpha)
+
+
+def _np_log_density(u, log_alpha, delta_norm):
+    """log(alpha phi(u) - phi(u - |D|)) for u < c, using log phi(u - |D|) - log phi(u) = u |D| - |D|^2/2."""
+    log_phi_u = -0.5 * u * u - 0.5 * math.log(2 * math.pi)
+    return log_alpha + log_phi_u + _np_log1mexp(u * delta_norm - 0.5 * delta_norm**2 - log_alpha)
+
+
 def sample_psi(
     log_alpha: torch.Tensor,  # [n] log alpha, alpha in (0, 1]
     delta_norm: torch.Tensor,  # [n] |Delta| > 0
     generator: torch.Generator | None = None,
-    num_bisection: int = 48,
+    max_iterations: int = 60,
+    tolerance: float = 1e-11,
     max_doubling: int = 64,
 ) -> torch.Tensor:  # [n] float64
     """U ~ psi_alpha, the law along e of the residual norm(max(0, alpha q - p)) (Prop. 3.1, Eq. 8).
 
     Inverse c.d.f. (Algorithm 7 / Appendix A.1): Psi_alpha(c) = 1 gives the upper end of the
-    bracket; the lower end is found by doubling the step below c until Psi_alpha(lo) < V; then
-    bisection. Computed in float64, in log space.
+    bracket; the lower end is found by doubling the step below c until Psi_alpha(lo) < V. Then
+    bisection on log Psi_alpha(u) = log V, where each step takes the Newton point instead of the
+    midpoint when it falls inside the bracket (safeguarded Newton; same root, fewer steps), until
+    |log Psi(u) - log V| < tolerance. A one-dimensional float64 solve, done in numpy in log space
+    (it runs once per rejected row; numpy's per-call cost is a fraction of torch's on tiny arrays).
     """
-    log_alpha = log_alpha.to(torch.float64)
-    delta_norm = delta_norm.to(torch.float64)
-    if bool((delta_norm <= 0).any()):
+    log_alpha_t = log_alpha.to(torch.float64)
+    delta_norm_t = delta_norm.to(torch.float64)
+    if bool((delta_norm_t <= 0).any()):
         raise ValueError("sample_psi: the residual is empty where the means coincide (|Delta| = 0)")
-    c = decomposition_threshold(log_alpha, delta_norm)  # Psi_alpha(c) = 1
-    log_mass = log_residual_cdf_unnormalised(c, log_alpha, delta_norm)
-    uniform = 1.0 - torch.rand(c.shape, generator=generator, dtype=torch.float64, device=c.device)
-    log_target = log_mass + torch.log(uniform)  # solve log F(u) = log V + log F(c)
+    uniform = 1.0 - torch.rand(delta_norm_t.shape, generator=generator, dtype=torch.float64)
+    log_alpha, delta_norm = log_alpha_t.cpu().numpy(), delta_norm_t.cpu().numpy()
+    c = log_alpha / delta_norm + delta_norm / 2  # Psi_alpha(c) = 1
+    log_target = _np_log_cdf(c, log_alpha, delta_norm) + np.log(uniform.numpy())  # log V + log F(c)
 
-    upper = c.clone()
-    step = torch.ones_like(c)
+    upper, step = c.copy(), np.ones_like(c)
     lower = c - step
     for _ in range(max_doubling):  # bracket doubling
-        too_high = log_residual_cdf_unnormalised(lower, log_alpha, delta_norm) >= log_target
-        if not bool(too_high.any()):
+        too_high = _np_log_cdf(lower, log_alpha, delta_norm) >= log_target
+        if not too_high.any():
             break
-        upper = torch.where(too_high, lower, upper)
-        step = torch.where(too_high, 2 * step, step)
-        lower = torch.where(too_high, c - step, lower)
-    for _ in range(num_bisection):  # bisection
-        middle = 0.5 * (lower + upper)
-        below = log_residual_cdf_unnormalised(middle, log_alpha, delta_norm) < log_target
-        lower = torch.where(below, middle, lower)
-        upper = torch.where(below, upper, middle)
-    return 0.5 * (lower + upper)
+        upper = np.where(too_high, lower, upper)
+        step = np.where(too_high, 2 * step, step)
+        lower = np.where(too_high, c - step, lower)
+    u = 0.5 * (lower + upper)
+    for _ in range(max_iterations):  # bisection, with Newton points kept when inside the bracket
+        log_cdf = _np_log_cdf(u, log_alpha, delta_norm)
+        gap = log_cdf - log_target  # increasing in u
+        if (np.abs(gap) < tolerance).all():
+            break
+        lower = np.where(gap < 0, u, lower)
+        upper = np.where(gap < 0, upper, u)
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            newton = u - gap / np.exp(_np_log_density(u, log_alpha, delta_norm) - log_cdf)  # d/du log F
+        inside = (newton > lower) & (newton < upper) & np.isfinite(newton)
+        u = np.where(inside, newton, 0.5 * (lower + upper))
+    return torch.from_numpy(u).to(delta_norm_t.device)
 
 
 # ----------------------------------------------------------------------------- residuals
@@ -216,11 +246,9 @@ def block_verification(
     position = torch.arange(g + 1, device=log_ratio.device)  # i = 0..g
     drafted = position[1:] <= num_drafted.unsqueeze(-1)  # [b, g] step i is a real draft
     log_ratio = torch.where(drafted, log_ratio, torch.zeros_like(log_ratio))
-    # log alpha_i = min(0, log alpha_{i-1} + log r_i), a running clamp
-    log_alpha = [torch.zeros(b, dtype=torch.float64, device=log_ratio.device)]
-    for i in range(g):
-        log_alpha.append(torch.clamp(log_alpha[-1] + log_ratio[:, i], max=0.0))
-    log_alpha = torch.stack(log_alpha, dim=-1)  # [b, g+1]
+    # log alpha_i = min(0, log alpha_{i-1} + log r_i) = S_i - max_{j <= i} S_j with S_i = sum_{j <= i} log r_j
+    partial_sums = torch.cat([torch.zeros(b, 1, dtype=torch.float64, device=log_ratio.device), log_ratio.cumsum(-1)], -1)
+    log_alpha = partial_sums - partial_sums.cummax(-1).values  # [b, g+1]
 
     log_rho = log_residual_mass(log_alpha[:, :-1], delta_norm)  # [b, g] rho_{i+1}, i = 0..g-1
     log_one_minus_alpha = log1mexp(log_alpha[:, :-1])

@@ -38,6 +38,9 @@ class Schedule:
         posterior_var = (s_s**2 / s_t**2) * (s_t**2 - (a_t / a_s) ** 2 * s_s**2)
         self.step_std = self.churn * posterior_var.clamp(min=0).sqrt()  # [K] sigma_k
         self.noise_coef = (s_s**2 - self.step_std**2).clamp(min=0).sqrt()  # [K]
+        # with eps_hat = -s_t score:  m_k(y) = (a_s / a_t) y + (a_s s_t^2 / a_t - noise_coef s_t) score
+        self.state_coef = a_s / a_t  # [K]
+        self.score_coef = a_s * s_t**2 / a_t - self.noise_coef * s_t  # [K]
 
     @property
     def num_steps(self) -> int:
