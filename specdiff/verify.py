@@ -125,19 +125,19 @@ def _token_stop(target, draft, draft_tokens, rule, uniforms):
     accept_prob = torch.full((batch, block_len), float("nan"), dtype=dtype, device=device)
     last_p = torch.empty(batch, vocab, dtype=dtype, device=device)  # p at each row's last visited position
     last_q = torch.empty(batch, vocab, dtype=dtype, device=device) if draft is not None else None
+    visited = []  # (rows, p_rows, q_rows, kept) per position: rows are copied out once, at the end
     num_accepted = torch.zeros(batch, dtype=torch.long, device=device)
     active = torch.arange(batch, device=device)  # rows that accepted every position so far
     for position in range(block_len):
         tokens = draft_tokens[active, position].unsqueeze(-1)  # [n, 1]
         p_rows = target.rows(position, active)  # [n, V]
-        last_p[active] = p_rows
         p_draft = p_rows.gather(-1, tokens).squeeze(-1)  # [n] p(y)
         if draft is not None:
             q_rows = draft.rows(position, active)  # [n, V]
-            last_q[active] = q_rows
             q_draft = q_rows.gather(-1, tokens).squeeze(-1)  # [n] q(y)
             tv = 0.5 * (p_rows - q_rows).abs().sum(dim=-1) if rule.needs_tv else None
         else:  # point mass on y: q(y) = 1 and TV(p, onehot(y)) = 1 - p(y)
+            q_rows = None
             q_draft = torch.ones_like(p_draft)
             tv = 1.0 - p_draft
         relax = rule.relax(p_draft, q_draft, tv)
@@ -147,10 +147,17 @@ def _token_stop(target, draft, draft_tokens, rule, uniforms):
         onehot_coef[active, position] = relax.onehot_coef
         accept_prob[active, position] = ratio.clamp(max=1.0)
         # u < p~(y)/q(y): keep the drafted token (always when p~(y) >= q(y)).
-        active = active[uniforms[active, position] < ratio]
+        kept = uniforms[active, position] < ratio  # [n]
+        visited.append((active, p_rows, q_rows, kept))
+        active = active[kept]
         num_accepted[active] += 1
         if active.numel() == 0:
             break
+    for rows, p_rows, q_rows, kept in visited:  # a row's last visited position is where it stopped
+        stopped = ~kept
+        last_p[rows[stopped]] = p_rows[stopped]
+        if q_rows is not None:
+            last_q[rows[stopped]] = q_rows[stopped]
     return num_accepted, Relaxation(p_coef, q_coef, onehot_coef), accept_prob, (last_p, last_q)
 
 
@@ -232,32 +239,75 @@ def _sample_next(
         bonus_rows = is_bonus.nonzero().squeeze(-1)
         if bonus_rows.numel():
             p_row[bonus_rows] = target.rows(block_len, bonus_rows)
-    token_at = draft_tokens[rows, draft_pos]  # [b]
-    # Bonus rows: p~ = p exactly, and nothing is subtracted.
-    keep = ~is_bonus
-    p_coef = torch.where(keep, relax.p_coef[rows, draft_pos], torch.ones_like(residual_weight))
-    q_coef = torch.where(keep, relax.q_coef[rows, draft_pos], torch.zeros_like(residual_weight))
-    onehot_coef = torch.where(keep, relax.onehot_coef[rows, draft_pos], torch.zeros_like(residual_weight))
-    relaxed = _relaxed_rows(p_row, q_row, token_at, p_coef, q_coef, onehot_coef)  # [b, V]
+            if q_row is not None:
+                q_row[bonus_rows] = 0.0  # never written for them; it gets weight 0 below
+    token_at = draft_tokens[rows, draft_pos].unsqueeze(-1)  # [b, 1]
+    keep = ~is_bonus  # bonus rows: p~ = p exactly, and nothing is subtracted
+    weight = torch.where(keep, residual_weight, torch.ones_like(residual_weight))  # [b]
+    subtract = keep.to(weight.dtype)  # [b]
+    p_coef = torch.where(keep, relax.p_coef[rows, draft_pos], 1.0)
+    q_coef = torch.where(keep, relax.q_coef[rows, draft_pos], 0.0)
+    onehot_coef = torch.where(keep, relax.onehot_coef[rows, draft_pos], 0.0)
     if fixed_target is not None:
-        relaxed = torch.where(keep.unsqueeze(-1), fixed_target[rows, draft_pos], relaxed)
-    q_full = q_row if q_row is not None else torch.zeros_like(p_row).scatter_(-1, token_at.unsqueeze(-1), 1.0)
-    weight = torch.where(keep, residual_weight, torch.ones_like(residual_weight)).unsqueeze(-1)
-    subtract = keep.to(p_row.dtype).unsqueeze(-1)
-    residual = (weight * relaxed - subtract * q_full).clamp(min=0.0)  # [b, V]
-    empty = residual.sum(dim=-1, keepdim=True) <= EMPTY_RESIDUAL
-    residual = torch.where(empty, relaxed, residual)
+        relaxed = torch.where(keep.unsqueeze(-1), fixed_target[rows, draft_pos], p_row)
+        residual = relaxed * weight.unsqueeze(-1)
+        residual.addcmul_(q_row, subtract.unsqueeze(-1), value=-1.0)
+    else:
+        # w p~ - q = (w a) p + (w b - 1) q + (w c) onehot(y), for p~ = a p + b q + c onehot(y)
+        residual = p_row * (weight * p_coef).unsqueeze(-1)  # [b, V]
+        onehot_part = weight * onehot_coef
+        if q_row is not None:
+            residual.addcmul_(q_row, (weight * q_coef - subtract).unsqueeze(-1))
+        else:  # point mass: q = onehot(y)
+            onehot_part = onehot_part + weight * q_coef - subtract
+        residual.scatter_add_(-1, token_at, onehot_part.unsqueeze(-1).to(residual.dtype))
+    residual.clamp_(min=0.0)
+    empty = residual.sum(dim=-1) <= EMPTY_RESIDUAL  # [b]
+    if bool(empty.any()):  # p~ == q up to rounding: fall back to the relaxed target
+        if fixed_target is not None:
+            fallback = relaxed[empty]
+        else:
+            fallback = _relaxed_rows(p_row[empty], None if q_row is None else q_row[empty], token_at[empty, 0],
+                                     p_coef[empty], q_coef[empty], onehot_coef[empty])
+        residual[empty] = fallback
     return sample_categorical(residual, generator)
 
 
-def sample_categorical(weights: torch.Tensor, generator=None) -> torch.Tensor:
-    """One draw per row from unnormalised non-negative weights, [b, V], by inverse CDF in float64."""
-    cdf = weights.to(torch.float64).cumsum(dim=-1)  # [b, V]
-    total = cdf[:, -1:]
-    u = torch.rand(weights.shape[0], 1, generator=generator, device=weights.device, dtype=torch.float64)
-    index = torch.searchsorted(cdf, u * total, right=True).squeeze(-1)
-    # right=True skips zero-weight tokens; clamp guards u * total == total from rounding.
-    return index.clamp(max=weights.shape[-1] - 1)
+def sample_categorical(weights: torch.Tensor, generator=None, chunk: int = 2048) -> torch.Tensor:
+    """One draw per row from unnormalised non-negative weights, [b, V], by inverse CDF in float64.
+
+    Two levels, so the whole row is read once: pick a chunk of `chunk` tokens from the chunk
+    totals, then a token inside that chunk from its own cumulative sum.
+    """
+    batch, vocab = weights.shape
+    u = torch.rand(batch, 1, generator=generator, device=weights.device, dtype=torch.float64)
+    if vocab <= chunk:
+        cdf = weights.to(torch.float64).cumsum(dim=-1)  # [b, V]
+        index = torch.searchsorted(cdf, u * cdf[:, -1:], right=True).squeeze(-1)
+        # right=True skips zero-weight tokens; the clamp guards u * total == total from rounding.
+        return index.clamp(max=vocab - 1)
+    num_full = vocab // chunk
+    totals = weights[:, : num_full * chunk].reshape(batch, num_full, chunk).sum(dim=-1, dtype=torch.float64)
+    if vocab > num_full * chunk:
+        tail = weights[:, num_full * chunk :].sum(dim=-1, keepdim=True, dtype=torch.float64)
+        totals = torch.cat([totals, tail], dim=-1)  # [b, num_chunks]
+    chunk_cdf = totals.cumsum(dim=-1)
+    target_mass = u * chunk_cdf[:, -1:]  # [b, 1]
+    chosen = torch.searchsorted(chunk_cdf, target_mass, right=True).clamp(max=totals.shape[-1] - 1)  # [b, 1]
+    before = torch.where(chosen > 0, chunk_cdf.gather(-1, (chosen - 1).clamp(min=0)), 0.0)  # mass before the chunk
+    offsets = chosen * chunk + torch.arange(chunk, device=weights.device)  # [b, chunk]
+    inside = weights.gather(-1, offsets.clamp(max=vocab - 1)).to(torch.float64)
+    inside = torch.where(offsets < vocab, inside, 0.0)
+    inside_cdf = inside.cumsum(dim=-1)
+    position = torch.searchsorted(inside_cdf, (target_mass - before).clamp(min=0), right=True)
+    position = torch.minimum(position, _last_positive(inside))
+    return (chosen * chunk + position).squeeze(-1)
+
+
+def _last_positive(values: torch.Tensor) -> torch.Tensor:
+    """Index of the last positive entry of each row, [b, 1]: guards rounding at a chunk's end."""
+    index = torch.arange(values.shape[-1], device=values.device)
+    return torch.where(values > 0, index, 0).amax(dim=-1, keepdim=True)
 
 
 def _total_variation(target, draft, draft_tokens, block_len) -> torch.Tensor:

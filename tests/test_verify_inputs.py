@@ -195,3 +195,27 @@ def test_low_precision_probabilities_are_exact_on_first_token(dtype):
     assert result.accept_prob.dtype == torch.float32
     target = p.double() / p.double().sum()  # the distribution bfloat16 actually stores
     assert total_variation_to(histogram(result.tokens[:, 0], vocab), target) <= TV_TOLERANCE
+
+
+@pytest.mark.parametrize("vocab", [7, 5000, 2048 * 3])
+def test_sample_categorical_matches_its_weights(vocab):
+    """The two-level inverse-CDF sampler draws from norm(weights), zero weights never drawn."""
+    from exactness import histogram, total_variation_to
+    from specdiff.verify import sample_categorical
+
+    generator = torch.Generator().manual_seed(vocab)
+    num_rows = 200_000
+    # a few heavy tokens spread over the chunks, the rest light, some exactly zero
+    weights = torch.rand(vocab, generator=generator, dtype=torch.float64) ** 4
+    weights[torch.randperm(vocab, generator=generator)[: vocab // 3]] = 0.0
+    heavy = torch.randperm(vocab, generator=generator)[:4]
+    weights[heavy] = weights.sum() / 2
+    draws = sample_categorical(weights.float().expand(num_rows, vocab), generator)
+    assert (weights[draws] > 0).all()
+    # compare on the heavy tokens plus one pooled "rest" cell (the rest is spread too thinly)
+    expected = weights / weights.sum()
+    cells = torch.full((vocab,), 4, dtype=torch.long)
+    cells[heavy] = torch.arange(4)
+    counts = histogram(cells[draws], 5)
+    pooled = torch.cat([expected[heavy], (1 - expected[heavy].sum()).reshape(1)])
+    assert total_variation_to(counts, pooled) <= 0.006

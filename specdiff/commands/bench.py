@@ -28,14 +28,18 @@ def register(subparsers) -> None:
     bench.set_defaults(handler=lambda args: (bench.print_help(), 0)[1])
 
 
-def _median_ms(fn, repeats: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
+def _interleaved_median_ms(functions: dict, repeats: int) -> dict:
+    """Median wall time of each function in ms, timed round-robin so that load from other
+    processes falls on all of them alike. One warm-up call each first."""
+    for fn in functions.values():
         fn()
-        times.append(time.perf_counter() - start)
-    return 1e3 * statistics.median(times)
+    times = {name: [] for name in functions}
+    for _ in range(repeats):
+        for name, fn in functions.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    return {name: 1e3 * statistics.median(values) for name, values in times.items()}
 
 
 def bench_case(batch: int, vocab: int, block_len: int, repeats: int, delta: float, seed: int) -> dict:
@@ -62,11 +66,18 @@ def bench_case(batch: int, vocab: int, block_len: int, repeats: int, delta: floa
     def floor():
         return target_logits.sum(), draft_logits.sum()
 
-    lossless_ms = _median_ms(ours(sd.Lossless()), repeats)
-    cactus_ms = _median_ms(ours(sd.Cactus(delta)), repeats)
-    linear_ms = _median_ms(ours(sd.Linear(0.4)), repeats)
-    hf_ms = _median_ms(hf_rows, repeats)
-    floor_ms = _median_ms(floor, repeats)
+    timings = _interleaved_median_ms(
+        {
+            "lossless": ours(sd.Lossless()),
+            "cactus": ours(sd.Cactus(delta)),
+            "linear": ours(sd.Linear(0.4)),
+            "hf": hf_rows,
+            "floor": floor,
+        },
+        repeats,
+    )
+    lossless_ms, cactus_ms, linear_ms = timings["lossless"], timings["cactus"], timings["linear"]
+    hf_ms, floor_ms = timings["hf"], timings["floor"]
     accepted = sd.verify(draft_tokens, draft_logits, target_logits, inputs="logits", generator=generator).num_accepted
     return {
         "batch": batch,
