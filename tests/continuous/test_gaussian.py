@@ -220,3 +220,25 @@ def test_temperature_is_flagged_lossy():
         result = gaussian_verify(*_args(), temperature=2.0)
     assert result.lossless is False
     assert gaussian_verify(*_args()).lossless is True
+
+
+@pytest.mark.parametrize("method", ["sample", "block"])
+def test_state_at_step_two_is_exact_when_step_two_ignores_step_one(method):
+    """gamma = 2, m^q_2 and m^p_2 constant: whatever tau, the state of step 2 must be N(m^q_2, sigma^2).
+    Sensitive to the block residual's alpha_tau: with alpha = 1 instead, p = 1.4e-6 here (checked by mutation)."""
+    n, d = 40_000, 2
+    g = torch.Generator().manual_seed(10)
+    sigma = torch.tensor([1.0, 1.0, 1.0], dtype=torch.float64)
+    z = torch.randn(n, 2, d, generator=g, dtype=torch.float64)
+    m_p1, m_q1 = torch.tensor([2.0, 0.0], dtype=torch.float64), torch.zeros(d, dtype=torch.float64)
+    m_p2, m_q2 = torch.tensor([0.0, 0.0], dtype=torch.float64), torch.tensor([1.5, 0.0], dtype=torch.float64)
+    draft_means = torch.stack([m_p1.expand(n, d), m_p2.expand(n, d)], 1)
+    target_means = torch.stack([m_q1.expand(n, d), m_q2.expand(n, d), torch.full((n, d), 5.0, dtype=torch.float64)], 1)
+    result = gaussian_verify(z, draft_means, target_means, sigma, method=method, residual="decomposition", generator=g)
+    step_two = torch.where(
+        (result.num_accepted == 0).unsqueeze(-1),
+        m_q2 + torch.randn(n, d, generator=g, dtype=torch.float64),  # a target step from the residual draw
+        torch.where((result.num_accepted == 1).unsqueeze(-1), result.next_state, m_p2 + z[:, 1]),
+    )
+    assert stats.kstest((step_two - m_q2)[:, 0].numpy(), "norm").pvalue > P_MIN
+    assert bool((result.num_accepted == 1).sum() > 3000)
