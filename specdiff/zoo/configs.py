@@ -21,22 +21,23 @@ ARCHITECTURES = {
                      head_dim=24, intermediate_size=384),
     "ar-drafter": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                        head_dim=16, intermediate_size=256),
-    "masked-drafter": dict(hidden_size=96, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                           head_dim=24, intermediate_size=384),
+    "masked-drafter": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                           head_dim=16, intermediate_size=256),
 }
 
 COMMON_ARCHITECTURE = dict(max_position_embeddings=192, tie_word_embeddings=True, rope_theta=10000.0,
                            rms_norm_eps=1e-6, attention_dropout=0.0)
 
 TRAINING = {
-    "verifier": dict(objective="ar", steps=1200, batch_size=32, lr=3e-3, warmup=100, weight_decay=0.1,
+    # the shipped verifier ran steps 0-400 under an 800-step schedule, then was resumed under this one
+    "verifier": dict(objective="ar", steps=1400, batch_size=32, lr=3e-3, warmup=100, weight_decay=0.1,
                      seed=1, init_from=None),
     "ar-drafter": dict(objective="ar", steps=1200, batch_size=32, lr=3e-3, warmup=100, weight_decay=0.1,
                        seed=2, init_from=None),
-    # init_from="verifier" would start from the verifier's embeddings, first two layers and final
-    # norm (same width); the shipped drafter is trained from scratch, alongside the verifier.
+    # Dream-style adaptation: starts from the ar-drafter's weights (same architecture), as Dream
+    # started from Qwen2.5; the mask token's embedding starts untrained.
     "masked-drafter": dict(objective="mdlm", steps=1600, batch_size=32, lr=3e-3, warmup=100, weight_decay=0.1,
-                           seed=3, init_from=None),
+                           seed=3, init_from="ar-drafter"),
 }
 
 # Default sampling settings, after the first paper's Table 3 (Qwen2.5 verifier; Dream standalone).

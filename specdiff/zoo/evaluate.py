@@ -140,6 +140,17 @@ def evaluate(names=configs.MODEL_NAMES, n: int = 500, seed: int = 0, threads: in
             "sampling": configs.SAMPLING[name],
             "eval_seconds": round(time.time() - start, 1),
         }
+        if name == "masked-drafter":  # also at the standalone length: prompt + the whole 80-token canvas
+            canvas_length = round(prompt_tokens) + configs.CANVAS_TOKENS
+            results["models"][name]["ms_per_step_full_canvas"] = round(step_ms(model, name, canvas_length), 3)
         if progress:
             print(f"{name}: {results['models'][name]}", flush=True)
+    models = results["models"]
+    if "verifier" in models and "masked-drafter" in models:
+        results["speed"] = {
+            "verifier_round_ms": models["verifier"]["ms_per_step"],
+            "masked_step_ms": models["masked-drafter"]["ms_per_step"],
+            "masked_step_over_verifier_round": round(
+                models["masked-drafter"]["ms_per_step"] / models["verifier"]["ms_per_step"], 3),
+        }
     return results

@@ -3,7 +3,8 @@
 - Autoregressive objective (verifier, ar-drafter): next-token cross-entropy on the answer and its
   eos, given `bos + prompt`.
 - MDLM objective (masked-drafter), as Dream / LLaDA SFT: the answer canvas (answer, then eos up to
-  CANVAS_TOKENS) is masked with probability t ~ U(eps, 1) per sequence, the prompt never;
+  CANVAS_TOKENS) is masked with probability t ~ U(eps, 1) per sequence (MDLM's low-discrepancy
+  sampler: evenly spaced t across the batch), the prompt never;
   bidirectional attention; the logit at position i predicts token i+1 (Dream's shift); loss is the
   cross-entropy on masked canvas tokens weighted by 1/t, averaged over canvas tokens.
 
@@ -106,7 +107,9 @@ def mdlm_loss(model, batch, mask_token_id: int, generator: torch.Generator | Non
     """MDLM loss (1/t-weighted masked cross-entropy) with Dream's shifted logits."""
     x0, key_mask, canvas_mask = batch
     b, length = x0.shape
-    t = MASK_EPS + (1 - MASK_EPS) * torch.rand(b, 1, generator=generator)  # [b, 1]
+    # low-discrepancy sampler of MDLM (Sahoo et al. 2024): one uniform offset, b evenly spaced ratios
+    u = (torch.rand(1, generator=generator) + torch.arange(b) / b) % 1.0  # [b]
+    t = (MASK_EPS + (1 - MASK_EPS) * u)[:, None]  # [b, 1]
     masked = canvas_mask & (torch.rand(b, length, generator=generator) < t)  # [b, L]
     xt = torch.where(masked, torch.full_like(x0, mask_token_id), x0)
     position_ids = torch.arange(length)[None, :].expand(b, length)
@@ -116,6 +119,17 @@ def mdlm_loss(model, batch, mask_token_id: int, generator: torch.Generator | Non
     ce = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), reduction="none").view(b, length - 1)
     weighted = (ce * target_masked / t).sum()
     return weighted / canvas_mask.sum()
+
+
+def set_default_sampling(model, name: str) -> None:
+    """Writes the model's default sampling settings (configs.SAMPLING) into its generation config."""
+    sampling = configs.SAMPLING[name]
+    generation = model.generation_config
+    generation.do_sample = True
+    generation.temperature, generation.top_p = sampling["temperature"], sampling["top_p"]
+    generation.top_k = sampling["top_k"] or None
+    generation.eos_token_id, generation.pad_token_id = model.config.eos_token_id, model.config.pad_token_id
+    generation.bos_token_id = model.config.bos_token_id
 
 
 def learning_rate(step: int, total: int, peak: float, warmup: int) -> float:
@@ -210,6 +224,7 @@ def train(name: str, run_dir: str | Path | None = None, out_dir: str | Path | No
                         "log": log}, checkpoint_path)
     model.eval()
     out_dir.mkdir(parents=True, exist_ok=True)
+    set_default_sampling(model, name)
     model.save_pretrained(out_dir)
     (run_dir / "log.json").write_text(json.dumps(log, indent=1))
     print(f"saved {name} to {out_dir} ({time.time() - began:.0f} s this session)")
