@@ -24,7 +24,6 @@ import math
 from dataclasses import dataclass
 from typing import NamedTuple
 
-import numpy as np
 import torch
 
 
@@ -176,47 +175,60 @@ def cactus_gamma(p_draft: torch.Tensor, delta: float, max_iters: int = 60, tol: 
     delta >= log(1/p); otherwise gamma* is the root of Phi(gamma) = delta in (p, 1). Newton's
     method started to the right of a convex increasing function's root stays right of it and
     converges monotonically; Pinsker's inequality Phi(gamma) >= 2 (gamma - p)^2 gives such a
-    start, gamma_0 = p + sqrt(delta / 2). Solved in float64 for p near 0 and near 1. On the CPU
-    the few values (one per drafted position) are solved in NumPy, where an elementwise op costs
-    a microsecond instead of a torch dispatch.
+    start, gamma_0 = p + sqrt(delta / 2). Solved in float64 for p near 0 and near 1; it takes
+    about six steps. On the CPU a handful of values (one per row at a drafted position) are
+    solved one by one in plain Python floats, where a step costs far less than a torch dispatch.
 
     p_draft: [...] verifier probability of the drafted token. Returns gamma*, [...], float64.
     """
-    if p_draft.device.type == "cpu":
-        p = np.clip(p_draft.detach().to(torch.float64).numpy(), 0.0, 1.0)
-        return torch.from_numpy(_newton_gamma(np, p, delta, max_iters, tol))
-    p = p_draft.to(torch.float64).clamp(0.0, 1.0)
-    return _newton_gamma(torch, p, delta, max_iters, tol)
+    p = p_draft.detach().to(torch.float64).clamp(0.0, 1.0)
+    if p.device.type == "cpu" and p.numel() <= 64:
+        solved = [_newton_gamma_scalar(value, delta, max_iters, tol) for value in p.reshape(-1).tolist()]
+        return torch.tensor(solved, dtype=torch.float64).reshape(p.shape)
+    return _newton_gamma_tensor(p, delta, max_iters, tol)
 
 
-def _newton_gamma(xp, p, delta: float, max_iters: int, tol: float):
-    """The Newton solve of cactus_gamma on a NumPy array or a torch tensor (xp is the module)."""
+def _newton_gamma_scalar(p: float, delta: float, max_iters: int, tol: float) -> float:
+    """cactus_gamma for one float: the same Newton steps, line by line."""
+    if delta == 0.0 or p <= 0.0:
+        return p  # p(y) = 0: no finite KL lifts it
+    if p >= 1.0 or delta >= -math.log(p):
+        return 1.0
+    log_p, log_rest = math.log(p), math.log1p(-p)
+    gamma = max(min(p + math.sqrt(delta / 2.0), 1.0 - 1e-15), p)  # right of the root (Pinsker)
+    for _ in range(max_iters):
+        log_gamma, log_gamma_rest = math.log(gamma), math.log1p(-gamma)
+        # Phi(gamma) - delta, and Phi'(gamma) = log(gamma / p) - log((1 - gamma) / (1 - p))
+        gap = gamma * (log_gamma - log_p) + (1.0 - gamma) * (log_gamma_rest - log_rest) - delta
+        slope = (log_gamma - log_p) - (log_gamma_rest - log_rest)
+        if slope <= 0.0:
+            break
+        step = gap / slope
+        gamma = min(max(gamma - step, p), 1.0)
+        if abs(step) <= tol or gamma >= 1.0:
+            break
+    return gamma
+
+
+def _newton_gamma_tensor(p: torch.Tensor, delta: float, max_iters: int, tol: float) -> torch.Tensor:
+    """cactus_gamma for a float64 tensor of any size, all elements at once."""
     if delta == 0.0:
-        return p.copy() if xp is np else p.clone()
-    with np.errstate(divide="ignore", invalid="ignore"):
-        reaches_one = delta >= -xp.log(p)  # includes p = 1; p = 0 gives +inf and never reaches
-        interior = ~reaches_one & (p > 0)
-        start = p + math.sqrt(delta / 2.0)
-        gamma = xp.maximum(xp.where(start < 1.0 - 1e-15, start, 1.0 - 1e-15), p)
-        log_p, log_rest = xp.log(p), xp.log1p(-p)
-        for _ in range(max_iters):
-            log_gamma, log_gamma_rest = xp.log(gamma), xp.log1p(-gamma)
-            # Phi(gamma) - delta and Phi'(gamma) = log(gamma / p) - log((1 - gamma) / (1 - p))
-            gap = gamma * (log_gamma - log_p) + _x_times(xp, 1.0 - gamma, log_gamma_rest - log_rest) - delta
-            slope = (log_gamma - log_p) - (log_gamma_rest - log_rest)
-            ok = interior & (slope > 0)
-            step = xp.where(ok, gap / xp.where(ok, slope, 1.0), 0.0)
-            gamma = xp.maximum(gamma - step, p)
-            gamma = xp.where(gamma < 1.0, gamma, 1.0)
-            if not bool((xp.abs(step) > tol).any()):
-                break
-    gamma = xp.where(reaches_one, 1.0, gamma)
-    return xp.where(p > 0, gamma, 0.0)  # p(y) = 0: no finite KL lifts it
-
-
-def _x_times(xp, x, log_term):
-    """x * log_term with 0 * (-inf) = 0."""
-    return xp.where(x > 0, x * log_term, 0.0)
+        return p.clone()
+    reaches_one = delta >= -torch.log(p)  # includes p = 1; p = 0 gives +inf and never reaches
+    interior = ~reaches_one & (p > 0)
+    gamma = torch.maximum((p + math.sqrt(delta / 2.0)).clamp(max=1.0 - 1e-15), p)
+    log_p, log_rest = torch.log(p), torch.log1p(-p)
+    for _ in range(max_iters):
+        log_gamma, log_gamma_rest = torch.log(gamma), torch.log1p(-gamma)
+        gap = gamma * (log_gamma - log_p) + torch.xlogy(1.0 - gamma, 1.0 - gamma) - (1.0 - gamma) * log_rest - delta
+        slope = (log_gamma - log_p) - (log_gamma_rest - log_rest)
+        ok = interior & (slope > 0)
+        step = torch.where(ok, gap / torch.where(ok, slope, 1.0), 0.0)
+        gamma = torch.maximum(gamma - step, p).clamp(max=1.0)
+        if not bool((step.abs() > tol).any()):
+            break
+    gamma = torch.where(reaches_one, 1.0, gamma)
+    return torch.where(p > 0, gamma, 0.0)
 
 
 def cactus_gamma_taylor(p_draft: torch.Tensor, delta: float) -> torch.Tensor:

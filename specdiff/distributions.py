@@ -59,12 +59,11 @@ class Distributions:
         self.kind = kind
         self.name = name
         self.dtype = dtype
-        self.validate = validate
-        if validate:
-            if kind == "logits":
-                _check_logits(values, name)
-            else:
-                _check_probabilities(values, name)
+        self.validate = bool(validate)
+        if validate == "full" and kind == "logits":
+            _check_logits(values, name)  # one extra read of every logit
+        elif validate and kind == "probs":
+            _check_probabilities(values, name)
 
     @property
     def shape(self):
@@ -78,8 +77,8 @@ class Distributions:
         if self.kind == "probs":
             return picked
         log_normalizer = logsumexp_lastdim(values, self.dtype)
-        if self.validate:
-            _check_log_normalizer(log_normalizer, self.name)
+        if self.validate and not torch.isfinite(log_normalizer).all():
+            _name_bad_logits(values, self.name)
         return torch.exp(picked - log_normalizer)
 
     def rows(self, positions, rows: torch.Tensor | None = None) -> torch.Tensor:
@@ -96,8 +95,9 @@ class Distributions:
         if self.kind == "probs":
             return picked.to(self.dtype)
         probs = torch.softmax(picked, dim=-1, dtype=self.dtype)
-        if self.validate and picked.shape[0]:
-            _check_softmax_rows(probs, self.name)
+        # A NaN or +inf logit, or a row of -inf only, turns the whole softmax row into NaN.
+        if self.validate and picked.shape[0] and torch.isnan(probs[:, 0]).any():
+            _name_bad_logits(picked, self.name)
         return probs
 
     def dense(self, num_positions: int) -> torch.Tensor:
@@ -106,8 +106,8 @@ class Distributions:
         if self.kind == "probs":
             return values
         probs = torch.softmax(values, dim=-1)
-        if self.validate and probs.numel():
-            _check_softmax_rows(probs, self.name)
+        if self.validate and probs.numel() and torch.isnan(probs[..., 0]).any():
+            _name_bad_logits(values, self.name)
         return probs
 
     def is_impossible(self, tokens: torch.Tensor) -> torch.Tensor:
@@ -147,16 +147,10 @@ def _check_probabilities(probs: torch.Tensor, name: str) -> None:
         )
 
 
-def _check_log_normalizer(log_normalizer: torch.Tensor, name: str) -> None:
-    if torch.isnan(log_normalizer).any():
+def _name_bad_logits(logits: torch.Tensor, name: str) -> None:
+    """Raise the ValueError that says what is wrong with these logits (called on failure only)."""
+    if torch.isnan(logits).any():
         raise ValueError(f"{name} (logits) contains NaN")
-    if (log_normalizer == float("inf")).any():
+    if (logits == float("inf")).any():
         raise ValueError(f"{name} (logits) contains +inf")
-    if (log_normalizer == float("-inf")).any():
-        raise ValueError(f"{name} (logits) has a row where every logit is -inf")
-
-
-def _check_softmax_rows(probs: torch.Tensor, name: str) -> None:
-    """A softmax row is NaN where its logits were all -inf (NaN and +inf are caught up front)."""
-    if torch.isnan(probs[..., 0]).any():
-        raise ValueError(f"{name} (logits) has a row where every logit is -inf")
+    raise ValueError(f"{name} (logits) has a row where every logit is -inf")

@@ -49,14 +49,20 @@ def verify(
     method: str = "token",
     generator: torch.Generator | None = None,
     inputs: str = "probs",
-    validate: bool = True,
+    validate: bool | str = True,
 ) -> VerifyResult:
     """Verify a batch of drafts against the target, exactly or under a relaxed target.
 
     Probabilities are those actually sampled from (after temperature, top-p, top-k). With
     inputs="logits", draft_probs and target_probs hold the matching logits instead (already
     temperature-scaled and filtered: -inf where a token is excluded) and no full probability
-    tensor is formed. `validate` checks the inputs (one extra read of probability tensors).
+    tensor is formed.
+
+    validate=True checks shapes, vocabularies, drafted tokens, and every distribution that is
+    read: probabilities fully (NaN, negative, rows summing to 1 within 1e-3); logits row by row
+    as they are normalised (NaN, +inf, all -inf), so logits past a row's stop, which cannot
+    affect the result, are not read at all. validate="full" also scans every logit once.
+    validate=False skips the checks.
     """
     check_rule(rule)
     if method not in METHODS:

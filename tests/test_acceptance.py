@@ -108,3 +108,16 @@ def test_cactus_relaxation_is_a_distribution():
     assert torch.allclose(relaxed.gather(1, y[:, None]).squeeze(1), gamma)
     kl = (torch.xlogy(relaxed, relaxed) - torch.xlogy(relaxed, p)).sum(-1)
     assert (kl <= 0.4 + 1e-6).all()
+
+
+def test_scalar_and_tensor_newton_agree():
+    """Small CPU batches take the scalar path, large ones the tensor path: same answers."""
+    from specdiff.acceptance import _newton_gamma_scalar, _newton_gamma_tensor
+
+    generator = torch.Generator().manual_seed(1)
+    p = torch.cat([torch.rand(300, generator=generator, dtype=torch.float64) ** 6,
+                   torch.tensor([0.0, 1.0, 1e-300, 1 - 1e-12], dtype=torch.float64)])
+    for delta in (0.0, 1e-4, 0.3, 4.0):
+        tensor_path = _newton_gamma_tensor(p, delta, 60, 1e-12)
+        scalar_path = torch.tensor([_newton_gamma_scalar(v, delta, 60, 1e-12) for v in p.tolist()], dtype=torch.float64)
+        assert torch.allclose(tensor_path, scalar_path, atol=1e-9, rtol=0), delta

@@ -63,17 +63,33 @@ def test_drafted_token_with_zero_proposal_probability():
 
 
 def test_nan_and_infinite_logits_are_named():
+    """Rows that verification reads are checked as they are normalised (position 0 always is)."""
     draft, q, p = _instance()
     bad = torch.log(p).clone()
-    bad[0, 1, 2] = float("nan")
+    bad[0, 0, 2] = float("nan")
     with pytest.raises(ValueError, match="NaN"):
         sd.verify(draft, torch.log(q), bad, inputs="logits")
-    bad[0, 1, 2] = float("inf")
+    bad[0, 0, 2] = float("inf")
     with pytest.raises(ValueError, match="\\+inf"):
         sd.verify(draft, torch.log(q), bad, inputs="logits")
-    bad[0, 1] = float("-inf")
+    bad[0, 0] = float("-inf")
     with pytest.raises(ValueError, match="every logit is -inf"):
         sd.verify(draft, torch.log(q), bad, inputs="logits")
+    with pytest.raises(ValueError, match="NaN"):  # the draft side too, and the block path
+        sd.verify(draft, torch.log(q).index_fill(2, torch.tensor([1]), float("nan")), torch.log(p),
+                  inputs="logits", method="block")
+
+
+def test_full_validation_scans_every_logit():
+    """A NaN at the bonus position is read only when a row accepts everything; "full" finds it."""
+    draft, q, p = _instance()
+    bad = torch.log(p).clone()
+    bad[:, -1, 0] = float("nan")
+    with pytest.raises(ValueError, match="NaN"):
+        sd.verify(draft, torch.log(q), bad, inputs="logits", validate="full")
+    bad[:, -1, 0] = float("inf")
+    with pytest.raises(ValueError, match="\\+inf"):
+        sd.verify(draft, torch.log(q), bad, inputs="logits", validate="full")
 
 
 @pytest.mark.parametrize("rule", [sd.Lossless(), sd.Linear(0.5), sd.TVBudget(0.1), sd.Cactus(0.5)], ids=repr)
