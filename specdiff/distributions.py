@@ -94,7 +94,7 @@ class Distributions:
             picked = self.values[rows, positions]  # [n, V]
         if self.kind == "probs":
             return picked.to(self.dtype)
-        probs = torch.softmax(picked, dim=-1, dtype=self.dtype)
+        probs = torch.softmax(picked if picked.dtype == self.dtype else picked.to(self.dtype), dim=-1)
         # A NaN or +inf logit, or a row of -inf only, turns the whole softmax row into NaN.
         if self.validate and picked.shape[0] and torch.isnan(probs[:, 0]).any():
             _name_bad_logits(picked, self.name)

@@ -160,10 +160,10 @@ def _token_stop(target, draft, draft_tokens, rule, uniforms):
         if active.numel() == 0:
             break
     for rows, p_rows, q_rows, kept in visited:  # a row's last visited position is where it stopped
-        stopped = ~kept
-        last_p[rows[stopped]] = p_rows[stopped]
+        stopped = (~kept).nonzero().squeeze(-1)
+        last_p.index_copy_(0, rows[stopped], p_rows.index_select(0, stopped))
         if q_rows is not None:
-            last_q[rows[stopped]] = q_rows[stopped]
+            last_q.index_copy_(0, rows[stopped], q_rows.index_select(0, stopped))
     return num_accepted, Relaxation(p_coef, q_coef, onehot_coef), accept_prob, (last_p, last_q)
 
 
@@ -293,9 +293,10 @@ def sample_categorical(weights: torch.Tensor, generator=None, chunk: int = 2048)
         # right=True skips zero-weight tokens; the clamp guards u * total == total from rounding.
         return index.clamp(max=vocab - 1)
     num_full = vocab // chunk
-    totals = weights[:, : num_full * chunk].reshape(batch, num_full, chunk).sum(dim=-1, dtype=torch.float64)
+    # chunk totals in the input precision (at least float32), accumulated across chunks in float64
+    totals = weights[:, : num_full * chunk].reshape(batch, num_full, chunk).sum(dim=-1).to(torch.float64)
     if vocab > num_full * chunk:
-        tail = weights[:, num_full * chunk :].sum(dim=-1, keepdim=True, dtype=torch.float64)
+        tail = weights[:, num_full * chunk :].sum(dim=-1, keepdim=True).to(torch.float64)
         totals = torch.cat([totals, tail], dim=-1)  # [b, num_chunks]
     chunk_cdf = totals.cumsum(dim=-1)
     target_mass = u * chunk_cdf[:, -1:]  # [b, 1]
