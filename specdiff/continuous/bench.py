@@ -54,15 +54,16 @@ def bench_config(target, draft_length: int, num_timing: int, fd_samples: int, dd
             efficiency[name].append(stats.block_efficiency)
 
     rows = []
-    ddpm_median = statistics.median(seconds["DDPM"])
+    timed = num_timing > 0  # num_timing = 0: quality only
+    ddpm_median = statistics.median(seconds["DDPM"]) if timed else None
     for name in run:
-        median = statistics.median(seconds[name])
+        median = statistics.median(seconds[name]) if timed else None
         row = {
             "method": name,
             "steps": target.schedule.num_steps,
             "churn": target.schedule.churn,
-            "speedup": ddpm_median / median,
-            "block_efficiency": statistics.fmean(efficiency[name]),
+            "speedup": ddpm_median / median if timed else None,
+            "block_efficiency": statistics.fmean(efficiency[name]) if timed else None,
             "median_seconds": median,
             "num_timing_samples": num_timing,
             "fd": None,
@@ -133,7 +134,7 @@ def plot_speedup(result: dict, path: Path | str) -> None:
     styles = {0.25: "-", 0.5: "--"}
     for churn in sorted({row["churn"] for row in result["rows"]}):
         for method in ("R", "D", "B"):
-            rows = sorted((r for r in result["rows"] if r["method"] == method and r["churn"] == churn), key=lambda r: r["steps"])
+            rows = sorted((r for r in result["rows"] if r["method"] == method and r["churn"] == churn and r["speedup"] is not None), key=lambda r: r["steps"])
             ax.plot([r["steps"] for r in rows], [r["speedup"] for r in rows], styles.get(churn, ":"), marker="o", label=f"{method}, churn {churn}")
     ax.axhline(1.0, color="grey", lw=0.8)
     ax.set_xscale("log")
