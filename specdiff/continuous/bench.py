@@ -132,12 +132,17 @@ def plot_speedup(result: dict, path: Path | str) -> None:
 
     fig, ax = plt.subplots(figsize=(6, 4))
     styles = {0.25: "-", 0.5: "--"}
+    colors = {"R": "C0", "D": "C1", "B": "C2"}
     for churn in sorted({row["churn"] for row in result["rows"]}):
         for method in ("R", "D", "B"):
             rows = sorted((r for r in result["rows"] if r["method"] == method and r["churn"] == churn and r["speedup"] is not None), key=lambda r: r["steps"])
-            ax.plot([r["steps"] for r in rows], [r["speedup"] for r in rows], styles.get(churn, ":"), marker="o", label=f"{method}, churn {churn}")
+            ax.plot([r["steps"] for r in rows], [r["speedup"] for r in rows], styles.get(churn, ":"), marker="o",
+                    color=colors[method], label=f"{method}, churn {churn}")
     ax.axhline(1.0, color="grey", lw=0.8)
     ax.set_xscale("log")
+    steps = sorted({row["steps"] for row in result["rows"]})
+    ax.set_xticks(steps, [str(k) for k in steps])
+    ax.minorticks_off()
     ax.set_xlabel("denoising steps K")
     ax.set_ylabel("wall-clock speedup over DDPM (per sample)")
     ax.set_title("digits UNet2DModel, Free drafter, gamma = 7")
