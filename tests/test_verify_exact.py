@@ -148,7 +148,7 @@ def test_block_reproduces_sun_et_al_toy_example():
 def test_block_accepts_at_least_as_many_as_token_on_random_instances(rule):
     """Sun et al.'s optimality: E[tau_block] >= E[tau_token] on every instance."""
     generator = torch.Generator().manual_seed(11)
-    num_rows, block_len, vocab = 30_000, 4, 6
+    num_rows, block_len, vocab = 20_000, 4, 6
     for _ in range(4):
         p = random_distribution(generator, block_len + 1, vocab=vocab)
         q = random_distribution(generator, block_len, vocab=vocab, concentration=0.5)
@@ -157,8 +157,8 @@ def test_block_accepts_at_least_as_many_as_token_on_random_instances(rule):
         block = sd.verify(draft, q.expand(num_rows, -1, -1), p.expand(num_rows, -1, -1), rule=rule, method="block", generator=generator)
         mean_token = token.num_accepted.double().mean().item()
         mean_block = block.num_accepted.double().mean().item()
-        # tolerance: about 2.5 standard errors of the difference at 30k rows
-        assert mean_block >= mean_token - 0.03, (mean_token, mean_block)
+        # tolerance: about 4 standard errors of the difference at 20k rows
+        assert mean_block >= mean_token - 0.04, (mean_token, mean_block)
 
 
 def test_relaxed_target_chain_for_per_position_lambda():

@@ -220,7 +220,7 @@ def test_sample_categorical_matches_its_weights(vocab):
     from specdiff.verify import sample_categorical
 
     generator = torch.Generator().manual_seed(vocab)
-    num_rows = 200_000
+    num_rows = 40_000
     # a few heavy tokens spread over the chunks, the rest light, some exactly zero
     weights = torch.rand(vocab, generator=generator, dtype=torch.float64) ** 4
     weights[torch.randperm(vocab, generator=generator)[: vocab // 3]] = 0.0
@@ -234,4 +234,4 @@ def test_sample_categorical_matches_its_weights(vocab):
     cells[heavy] = torch.arange(4)
     counts = histogram(cells[draws], 5)
     pooled = torch.cat([expected[heavy], (1 - expected[heavy].sum()).reshape(1)])
-    assert total_variation_to(counts, pooled) <= 0.006
+    assert total_variation_to(counts, pooled) <= 0.012  # noise about 0.004 at 40k draws over 5 cells

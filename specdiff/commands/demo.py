@@ -17,6 +17,7 @@ def register(subparsers) -> None:
     demo.add_argument("--vocab", type=int, default=64, help="vocabulary size of the synthetic pair")
     demo.add_argument("--block", type=int, default=4, help="draft length B for the token/block comparison")
     demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
     demo.set_defaults(handler=run_demo)
 
 
@@ -90,7 +91,7 @@ def run_demo(args) -> int:
 
     from specdiff import theory
 
-    torch.set_num_threads(min(torch.get_num_threads(), 2))
+    torch.set_num_threads(args.threads)
     p, q = synthetic_pair(args.vocab, args.seed)
     rows = []
     if args.json:
