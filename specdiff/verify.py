@@ -83,28 +83,16 @@ def verify(
             "probability 0: it cannot have been drawn from draft_probs"
         )
 
-    last_rows = None  # token verification hands over the rows it already normalised
     uniforms = torch.rand(batch, block_len + 1, generator=generator, device=device, dtype=torch.float64)
     fixed_target = None  # [b, B, V]: block + Cactus with a real proposal verifies against C
+    last_rows = None  # token verification hands over the rows it already normalised
     if method == "token":
         num_accepted, relax, accept_prob, last_rows = _token_stop(target, draft, draft_tokens, rule, uniforms)
         residual_weight = torch.ones(batch, dtype=dtype, device=device)  # [b]
     else:
-        p_draft = target.at(draft_tokens, block_len)  # [b, B] p_i(y_i)
-        q_draft = draft.at(draft_tokens) if draft is not None else torch.ones_like(p_draft)  # [b, B] q_i(y_i)
-        tv = _total_variation(target, draft, draft_tokens, block_len) if rule.needs_tv else None
-        relax = rule.relax(p_draft, q_draft, tv)
-        relaxed_draft = relax.at_draft(p_draft, q_draft)  # [b, B] p~_i(y_i)
-        if isinstance(rule, Cactus) and draft is not None:
-            p_dense = target.dense(block_len)
-            gamma = rule.gamma(p_dense)
-            fixed_target = cactus_emitted_distribution(p_dense, draft.dense(block_len), gamma).to(dtype)
-            relaxed_draft = fixed_target.gather(-1, draft_tokens.unsqueeze(-1)).squeeze(-1)
-        weights = _block_weights(relaxed_draft / q_draft)  # [b, B+1]: p_0 = 1, p_i
-        residual_mass = _block_residual_mass(target, draft, draft_tokens, relax, relaxed_draft, weights, fixed_target)
-        num_accepted = _block_stop(weights, residual_mass, uniforms)
-        accept_prob = weights[:, 1:]
-        residual_weight = weights.gather(1, num_accepted.unsqueeze(1)).squeeze(1)  # [b] p_tau
+        num_accepted, relax, accept_prob, residual_weight, fixed_target = _block_verify(
+            target, draft, draft_tokens, rule, uniforms
+        )
 
     next_token = _sample_next(
         target, draft, draft_tokens, relax, num_accepted, residual_weight, generator, fixed_target, last_rows
@@ -165,6 +153,33 @@ def _token_stop(target, draft, draft_tokens, rule, uniforms):
         if q_rows is not None:
             last_q.index_copy_(0, rows[stopped], q_rows.index_select(0, stopped))
     return num_accepted, Relaxation(p_coef, q_coef, onehot_coef), accept_prob, (last_p, last_q)
+
+
+def _block_verify(target, draft, draft_tokens, rule, uniforms):
+    """Block verification (Sun et al. 2025, Algorithm 2) on the relaxed target, every position at once.
+
+    Returns num_accepted = tau [b], the relaxation [b, B], the weights p_1..p_B [b, B], the
+    residual weight p_tau [b], and, for Cactus with a real proposal, its fixed target C [b, B, V].
+    """
+    block_len = draft_tokens.shape[1]
+    p_draft = target.at(draft_tokens, block_len)  # [b, B] p_i(y_i)
+    q_draft = draft.at(draft_tokens) if draft is not None else torch.ones_like(p_draft)  # [b, B] q_i(y_i)
+    tv = _total_variation(target, draft, draft_tokens, block_len) if rule.needs_tv else None
+    relax = rule.relax(p_draft, q_draft, tv)
+    relaxed_draft = relax.at_draft(p_draft, q_draft)  # [b, B] p~_i(y_i)
+    fixed_target = None
+    if isinstance(rule, Cactus) and draft is not None:
+        # Cactus's p~ depends on the drafted token; block verification needs a fixed target, so
+        # it verifies against C, the distribution token-level Cactus emits (docs/verification.md).
+        p_dense = target.dense(block_len)  # [b, B, V]
+        fixed_target = cactus_emitted_distribution(p_dense, draft.dense(block_len), rule.gamma(p_dense))
+        fixed_target = fixed_target.to(target.dtype)
+        relaxed_draft = fixed_target.gather(-1, draft_tokens.unsqueeze(-1)).squeeze(-1)
+    weights = _block_weights(relaxed_draft / q_draft)  # [b, B+1]: p_0 = 1, p_i
+    residual_mass = _block_residual_mass(target, draft, draft_tokens, relax, relaxed_draft, weights, fixed_target)
+    num_accepted = _block_stop(weights, residual_mass, uniforms)
+    residual_weight = weights.gather(1, num_accepted.unsqueeze(1)).squeeze(1)  # [b] p_tau
+    return num_accepted, relax, weights[:, 1:], residual_weight, fixed_target
 
 
 def _block_weights(ratio: torch.Tensor) -> torch.Tensor:
