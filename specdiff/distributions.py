@@ -1,8 +1,8 @@
 """Read a batch of next-token distributions given as probabilities or as logits.
 
-Verification needs the probability of the drafted token at every position, and whole rows only
-at the one position per sequence where it samples. From logits, that costs one log-sum-exp per
-position and never a full probability tensor. `Distributions` hides which of the two it holds.
+Token verification needs a position's distribution only for the rows still accepting there, and
+keeps the whole row only where a row stops. From logits, each such row is normalised by one
+fused softmax and nothing else is read. `Distributions` hides which of the two it holds.
 """
 from __future__ import annotations
 
@@ -10,41 +10,11 @@ import torch
 
 PROB_SUM_TOLERANCE = 1e-3
 LOW_PRECISION_SUM_TOLERANCE = 1e-2
-# Rows per block when reducing logits: a block's scratch copy should stay in the cache.
-_LSE_BLOCK_ELEMENTS = 1 << 20
 
 
 def compute_dtype(tensor: torch.Tensor) -> torch.dtype:
     """float64 stays float64; everything else (float32, bfloat16, float16) is computed in float32."""
     return torch.float64 if tensor.dtype == torch.float64 else torch.float32
-
-
-def logsumexp_lastdim(logits: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """log sum_v exp(logits[..., v]) in `dtype`, blocked over rows so temporaries stay in cache.
-
-    torch.logsumexp materialises exp(logits - max) for the whole tensor, which for a batch of
-    vocabulary-sized rows means several trips through main memory. Reducing a block of rows at a
-    time into one reused scratch buffer reads the logits from memory once.
-    logits: [..., V]. Returns [...].
-    """
-    vocab = logits.shape[-1]
-    flat = logits.reshape(-1, vocab)
-    num_rows = flat.shape[0]
-    out = torch.empty(num_rows, dtype=dtype, device=logits.device)
-    if logits.device.type != "cpu" or num_rows * vocab <= _LSE_BLOCK_ELEMENTS:
-        return torch.logsumexp(flat.to(dtype), dim=-1, out=out).reshape(logits.shape[:-1])
-    block_rows = max(1, _LSE_BLOCK_ELEMENTS // vocab)
-    scratch = torch.empty(block_rows, vocab, dtype=dtype)
-    for start in range(0, num_rows, block_rows):  # blocks of rows, for the cache; not per row
-        block = flat[start : start + block_rows]
-        buffer = scratch[: block.shape[0]]
-        row_max = block.amax(dim=-1, keepdim=True).to(dtype)
-        row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))
-        torch.sub(block, row_max, out=buffer)
-        buffer.exp_()
-        torch.log(buffer.sum(dim=-1), out=out[start : start + block.shape[0]])
-        out[start : start + block.shape[0]] += row_max.squeeze(-1)
-    return out.reshape(logits.shape[:-1])
 
 
 class Distributions:
@@ -76,7 +46,7 @@ class Distributions:
         picked = values.gather(-1, tokens.unsqueeze(-1)).squeeze(-1).to(self.dtype)
         if self.kind == "probs":
             return picked
-        log_normalizer = logsumexp_lastdim(values, self.dtype)
+        log_normalizer = torch.logsumexp(values.to(self.dtype), dim=-1)  # [b, P]
         if self.validate and not torch.isfinite(log_normalizer).all():
             _name_bad_logits(values, self.name)
         return torch.exp(picked - log_normalizer)
