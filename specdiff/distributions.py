@@ -30,6 +30,7 @@ class Distributions:
         self.name = name
         self.dtype = dtype
         self.validate = bool(validate)
+        self._scratch = None  # (logits, probabilities) buffers for rows_at
         if validate == "full" and kind == "logits":
             _check_logits(values, name)  # one extra read of every logit
         elif validate and kind == "probs":
@@ -51,24 +52,50 @@ class Distributions:
             _name_bad_logits(values, self.name)
         return torch.exp(picked - log_normalizer)
 
-    def rows(self, positions, rows: torch.Tensor | None = None) -> torch.Tensor:
-        """Whole distributions: row rows[j] at positions[j] (an int: the same for all). Returns [n, V].
-
-        From logits this is one fused softmax over just these rows.
-        """
+    def rows(self, positions: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
+        """Whole distributions: row rows[j] at positions[j]. Returns a new [n, V] tensor."""
         if rows is None:
             rows = torch.arange(self.values.shape[0], device=self.values.device)
-        if isinstance(positions, int) and rows.numel() == self.values.shape[0]:
-            picked = self.values[:, positions]  # a view: no gather copy when every row is read
-        else:
-            picked = self.values[rows, positions]  # [n, V]
+        picked = self.values[rows, positions]  # [n, V]
         if self.kind == "probs":
             return picked.to(self.dtype)
-        probs = torch.softmax(picked if picked.dtype == self.dtype else picked.to(self.dtype), dim=-1)
-        # A NaN or +inf logit, or a row of -inf only, turns the whole softmax row into NaN.
-        if self.validate and picked.shape[0] and torch.isnan(probs[:, 0]).any():
-            _name_bad_logits(picked, self.name)
+        probs = torch.softmax(picked.to(self.dtype), dim=-1)
+        self._check_rows(picked, probs)
         return probs
+
+    def rows_at(self, position: int, rows: torch.Tensor) -> torch.Tensor:
+        """The distributions of rows `rows` at one position, [n, V], in a scratch buffer that the
+        next call overwrites (copy out what must outlive it).
+
+        Reusing two [b, V] buffers keeps a left-to-right walk over positions from allocating, and
+        page-faulting, fresh vocabulary-sized tensors at every step.
+        """
+        num_rows, vocab = rows.numel(), self.values.shape[-1]
+        if self._scratch is None:
+            batch = self.values.shape[0]
+            device = self.values.device
+            self._scratch = (torch.empty(batch, vocab, dtype=self.dtype, device=device),
+                             torch.empty(batch, vocab, dtype=self.dtype, device=device))
+        picked, probs = self._scratch[0][:num_rows], self._scratch[1][:num_rows]
+        source = self.values[:, position]  # [b, V] view
+        if num_rows == self.values.shape[0] and source.is_contiguous() and self.values.dtype == self.dtype:
+            picked = source  # one sequence: its row is contiguous already, no copy
+        elif num_rows == self.values.shape[0]:
+            picked.copy_(source)  # every row is still accepting: a plain (strided) copy
+        elif self.values.dtype == self.dtype:
+            torch.index_select(source, 0, rows, out=picked)
+        else:
+            picked.copy_(source.index_select(0, rows))
+        if self.kind == "probs":
+            return picked
+        torch.ops.aten._softmax.out(picked, -1, False, out=probs)
+        self._check_rows(picked, probs)
+        return probs
+
+    def _check_rows(self, logits: torch.Tensor, probs: torch.Tensor) -> None:
+        # A NaN or +inf logit, or a row of -inf only, turns the whole softmax row into NaN.
+        if self.validate and probs.shape[0] and torch.isnan(probs[..., 0]).any():
+            _name_bad_logits(logits, self.name)
 
     def dense(self, num_positions: int) -> torch.Tensor:
         """All probabilities of the first num_positions positions, [b, num_positions, V]."""
@@ -76,8 +103,7 @@ class Distributions:
         if self.kind == "probs":
             return values
         probs = torch.softmax(values, dim=-1)
-        if self.validate and probs.numel() and torch.isnan(probs[..., 0]).any():
-            _name_bad_logits(values, self.name)
+        self._check_rows(values, probs)
         return probs
 
     def is_impossible(self, tokens: torch.Tensor) -> torch.Tensor:

@@ -119,15 +119,14 @@ def _token_stop(target, draft, draft_tokens, rule, uniforms):
     accept_prob = torch.full((batch, block_len), float("nan"), dtype=dtype, device=device)
     last_p = torch.empty(batch, vocab, dtype=dtype, device=device)  # p at each row's last visited position
     last_q = torch.empty(batch, vocab, dtype=dtype, device=device) if draft is not None else None
-    visited = []  # (rows, p_rows, q_rows, kept) per position: rows are copied out once, at the end
     num_accepted = torch.zeros(batch, dtype=torch.long, device=device)
     active = torch.arange(batch, device=device)  # rows that accepted every position so far
     for position in range(block_len):
         tokens = draft_tokens[active, position].unsqueeze(-1)  # [n, 1]
-        p_rows = target.rows(position, active)  # [n, V]
+        p_rows = target.rows_at(position, active)  # [n, V], overwritten at the next position
         p_draft = p_rows.gather(-1, tokens).squeeze(-1)  # [n] p(y)
         if draft is not None:
-            q_rows = draft.rows(position, active)  # [n, V]
+            q_rows = draft.rows_at(position, active)  # [n, V]
             q_draft = q_rows.gather(-1, tokens).squeeze(-1)  # [n] q(y)
             tv = 0.5 * (p_rows - q_rows).abs().sum(dim=-1) if rule.needs_tv else None
         else:  # point mass on y: q(y) = 1 and TV(p, onehot(y)) = 1 - p(y)
@@ -142,16 +141,14 @@ def _token_stop(target, draft, draft_tokens, rule, uniforms):
         accept_prob[active, position] = ratio.clamp(max=1.0)
         # u < p~(y)/q(y): keep the drafted token (always when p~(y) >= q(y)).
         kept = uniforms[active, position] < ratio  # [n]
-        visited.append((active, p_rows, q_rows, kept))
+        stopped = (~kept).nonzero().squeeze(-1)  # rows rejected here keep this position's rows
+        last_p.index_copy_(0, active[stopped], p_rows.index_select(0, stopped))
+        if q_rows is not None:
+            last_q.index_copy_(0, active[stopped], q_rows.index_select(0, stopped))
         active = active[kept]
         num_accepted[active] += 1
         if active.numel() == 0:
             break
-    for rows, p_rows, q_rows, kept in visited:  # a row's last visited position is where it stopped
-        stopped = (~kept).nonzero().squeeze(-1)
-        last_p.index_copy_(0, rows[stopped], p_rows.index_select(0, stopped))
-        if q_rows is not None:
-            last_q.index_copy_(0, rows[stopped], q_rows.index_select(0, stopped))
     return num_accepted, Relaxation(p_coef, q_coef, onehot_coef), accept_prob, (last_p, last_q)
 
 
@@ -259,7 +256,7 @@ def _sample_next(
         p_row, q_row = last_rows
         bonus_rows = is_bonus.nonzero().squeeze(-1)
         if bonus_rows.numel():
-            p_row[bonus_rows] = target.rows(block_len, bonus_rows)
+            p_row[bonus_rows] = target.rows_at(block_len, bonus_rows)
             if q_row is not None:
                 q_row[bonus_rows] = 0.0  # never written for them; it gets weight 0 below
     token_at = draft_tokens[rows, draft_pos].unsqueeze(-1)  # [b, 1]
