@@ -50,3 +50,10 @@ def test_bench_verify_json_small(capsys):
 def test_console_script_is_installed():
     out = subprocess.run([sys.executable, "-m", "specdiff.cli", "--help"], capture_output=True, text=True, check=True)
     assert "demo" in out.stdout
+
+
+def test_demo_plot_is_written(tmp_path, capsys):
+    target = tmp_path / "tradeoff.png"
+    assert main(["demo", "--json", "--samples", "5000", "--vocab", "12", "--plot", str(target)]) == 0
+    assert json.loads(capsys.readouterr().out)["plot"] == str(target)
+    assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
