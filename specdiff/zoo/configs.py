@@ -3,13 +3,13 @@ default sampling settings. `specdiff zoo train NAME` reproduces a model from its
 
 - `verifier`: Qwen3 causal LM, the strong autoregressive target.
 - `ar-drafter`: a much smaller Qwen3 causal LM, the classic speculative-decoding baseline.
-- `masked-drafter`: Dream-style masked diffusion LM: the same Qwen3 backbone run with bidirectional
+- `masked-drafter`: Dream-style masked diffusion LM: a Qwen3 backbone run with bidirectional
   attention, logits shifted by one position (logit i predicts token i+1), a mask token, trained with
   the MDLM objective on the answer given the prompt. It re-encodes every position at every
-  denoising step without a cache, so it must be several times cheaper than a verifier round: it
-  has the verifier's width and a third of its depth. `init_from="verifier"` starts it from the
-  verifier's embeddings, first two layers and final norm (as Dream started from Qwen2.5); the
-  shipped one is trained from scratch so that it can train alongside the verifier (see docs).
+  denoising step without a cache, so it must be several times cheaper than a verifier round; it
+  has the ar-drafter's architecture and starts from its weights, as Dream started from Qwen2.5
+  (`init_from="verifier"` would start a same-width drafter from the verifier's embeddings, first
+  layers and final norm; see docs/testbed.md for why the shipped one does not).
 """
 from __future__ import annotations
 
@@ -36,8 +36,11 @@ TRAINING = {
                        seed=2, init_from=None),
     # Dream-style adaptation: starts from the ar-drafter's weights (same architecture), as Dream
     # started from Qwen2.5; the mask token's embedding starts untrained.
-    "masked-drafter": dict(objective="mdlm", steps=1600, batch_size=32, lr=3e-3, warmup=100, weight_decay=0.1,
-                           seed=3, init_from="ar-drafter"),
+    # Stage 1: plain MDLM. Stage 2: half the sequences keep a clean random prefix of the canvas (the
+    # drafting situation), so that the drafter learns to compute, not only to copy.
+    "masked-drafter": dict(objective="mdlm", steps=2600, batch_size=32, lr=3e-3, warmup=100, weight_decay=0.1,
+                           seed=3, init_from="ar-drafter",
+                           stages=[dict(until=1600), dict(until=2600, lr=1.5e-3, warmup=50, prefix_prob=0.5)]),
 }
 
 # Default sampling settings, after the first paper's Table 3 (Qwen2.5 verifier; Dream standalone).

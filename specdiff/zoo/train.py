@@ -103,14 +103,27 @@ def ar_loss(model, batch) -> torch.Tensor:
     return F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten(), ignore_index=-100)
 
 
-def mdlm_loss(model, batch, mask_token_id: int, generator: torch.Generator | None = None) -> torch.Tensor:
-    """MDLM loss (1/t-weighted masked cross-entropy) with Dream's shifted logits."""
+def mdlm_loss(model, batch, mask_token_id: int, generator: torch.Generator | None = None,
+              prefix_prob: float = 0.0) -> torch.Tensor:
+    """MDLM loss (1/t-weighted masked cross-entropy) with Dream's shifted logits.
+
+    prefix_prob: the fraction of sequences that keep a random prefix of the canvas clean and mask only
+    after it (with the same ratio t), as the drafter sees prompt + accepted prefix + masked block when
+    drafting. Without it the model learns to copy each intermediate result from where the chain of
+    thought repeats it instead of computing it (see docs/testbed.md)."""
     x0, key_mask, canvas_mask = batch
     b, length = x0.shape
     # low-discrepancy sampler of MDLM (Sahoo et al. 2024): one uniform offset, b evenly spaced ratios
     u = (torch.rand(1, generator=generator) + torch.arange(b) / b) % 1.0  # [b]
     t = (MASK_EPS + (1 - MASK_EPS) * u)[:, None]  # [b, 1]
     masked = canvas_mask & (torch.rand(b, length, generator=generator) < t)  # [b, L]
+    if prefix_prob > 0:
+        canvas_start = canvas_mask.float().argmax(dim=1, keepdim=True)  # [b, 1]
+        canvas_length = canvas_mask.sum(dim=1, keepdim=True)  # [b, 1]
+        cut = canvas_start + (torch.rand(b, 1, generator=generator) * canvas_length).long()  # [b, 1]
+        use_prefix = torch.rand(b, 1, generator=generator) < prefix_prob  # [b, 1]
+        clean_prefix = use_prefix & (torch.arange(length)[None, :] < cut)  # [b, L]
+        masked &= ~clean_prefix
     xt = torch.where(masked, torch.full_like(x0, mask_token_id), x0)
     position_ids = torch.arange(length)[None, :].expand(b, length)
     logits = model(input_ids=xt, attention_mask=bidirectional_mask(key_mask), position_ids=position_ids).logits
@@ -130,6 +143,17 @@ def set_default_sampling(model, name: str) -> None:
     generation.top_k = sampling["top_k"] or None
     generation.eos_token_id, generation.pad_token_id = model.config.eos_token_id, model.config.pad_token_id
     generation.bos_token_id = model.config.bos_token_id
+
+
+def stage_of(recipe: dict, step: int) -> tuple[dict, int, int]:
+    """The training stage of a step: (stage settings merged over the recipe, stage start, stage end).
+    A recipe without `stages` is one stage; each stage has its own warmup + cosine schedule."""
+    start = 0
+    for stage in recipe.get("stages", [dict(until=recipe["steps"])]):
+        if step < stage["until"]:
+            return {**recipe, **stage}, start, stage["until"]
+        start = stage["until"]
+    return recipe, 0, recipe["steps"]
 
 
 def learning_rate(step: int, total: int, peak: float, warmup: int) -> float:
@@ -175,7 +199,7 @@ def train(name: str, run_dir: str | Path | None = None, out_dir: str | Path | No
 
     torch.manual_seed(recipe["seed"])
     model = Qwen3ForCausalLM(config)
-    if recipe["init_from"]:
+    if recipe["init_from"]:  # Dream-style: start from an AR model's weights (extra layers are dropped)
         source = load(recipe["init_from"])
         missing = model.load_state_dict(source.state_dict(), strict=False)
         print(f"initialised from {recipe['init_from']} ({missing})")
@@ -201,12 +225,14 @@ def train(name: str, run_dir: str | Path | None = None, out_dir: str | Path | No
     for step in bar:
         generator.manual_seed(recipe["seed"] * 1_000_003 + step)
         problems = train_problems(recipe["seed"], step, recipe["batch_size"])
+        stage, stage_start, stage_end = stage_of(recipe, step)
         for group in optimizer.param_groups:
-            group["lr"] = learning_rate(step, total, recipe["lr"], recipe["warmup"])
+            group["lr"] = learning_rate(step - stage_start, stage_end - stage_start, stage["lr"], stage["warmup"])
         if recipe["objective"] == "ar":
             loss = ar_loss(model, ar_batch(problems, tokenizer))
         else:
-            loss = mdlm_loss(model, mdlm_batch(problems, tokenizer), tokenizer.mask_token_id, generator)
+            loss = mdlm_loss(model, mdlm_batch(problems, tokenizer), tokenizer.mask_token_id, generator,
+                             prefix_prob=stage.get("prefix_prob", 0.0))
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
