@@ -7,10 +7,6 @@ from specdiff.drafters.masked import MaskedDiffusionDrafter, masked_logits
 from specdiff.eval import tasks
 
 
-if not all((zoo.model_dir(n) / "model.safetensors").exists() for n in zoo.MODEL_NAMES):  # pragma: no cover
-    pytest.skip("zoo weights not trained yet (specdiff zoo train NAME)", allow_module_level=True)
-
-
 @pytest.fixture(scope="module")
 def tok():
     return zoo.tokenizer()
