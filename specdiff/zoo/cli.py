@@ -38,6 +38,8 @@ def register(subparsers) -> None:
     evaluate.add_argument("-n", type=int, default=500, help="number of test problems (default 500)")
     evaluate.add_argument("--seed", type=int, default=0)
     evaluate.add_argument("--threads", type=int, default=2)
+    evaluate.add_argument("--speed-only", action="store_true", help="only params and ms per step (no generation)")
+    evaluate.add_argument("--repeats", type=int, default=30, help="timed calls per model (median reported)")
     evaluate.add_argument("--json", action="store_true", help="print JSON")
     evaluate.set_defaults(handler=run_eval)
 
@@ -71,12 +73,15 @@ def run_train(args: argparse.Namespace) -> int:
 def run_eval(args: argparse.Namespace) -> int:
     from specdiff.zoo.evaluate import evaluate
 
-    results = evaluate(args.models, n=args.n, seed=args.seed, threads=args.threads, progress=not args.json)
+    results = evaluate(args.models, n=args.n, seed=args.seed, threads=args.threads, progress=not args.json,
+                       quality=not args.speed_only, repeats=args.repeats)
     if args.json:
         print(json.dumps(results, indent=1))
     else:
         print(f"{'model':15s} {'accuracy':>9s} {'params':>9s} {'answer tok':>10s} {'ms/step':>8s}")
         for name, row in results["models"].items():
-            print(f"{name:15s} {row['accuracy']:9.3f} {row['params']:9d} {row['mean_answer_tokens']:10.1f} "
-                  f"{row['ms_per_step']:8.2f}")
+            print(f"{name:15s} {row.get('accuracy', float('nan')):9.3f} {row['params']:9d} "
+                  f"{row.get('mean_answer_tokens', float('nan')):10.1f} {row['ms_per_step']:8.2f}")
+        if "speed" in results:
+            print(f"masked step / verifier round: {results['speed']['masked_step_over_verifier_round']:.3f}")
     return 0
