@@ -59,35 +59,39 @@ def denoise(model, tokens: torch.Tensor, key_mask: torch.Tensor, canvas: torch.T
         raise ValueError(f"unknown unmasking order {order!r}; choose from {ORDERS}")
     tokens = torch.where(canvas, torch.full_like(tokens, mask_token_id), tokens)
     b, length = tokens.shape
-    n_canvas = int(canvas[0].sum())
-    probs_out = None
-    still_masked = canvas.clone()
+    cols = canvas.any(0).nonzero().squeeze(1)  # [C] canvas columns (the same in every row)
+    if not bool(canvas[:, cols].all()):
+        raise ValueError("every row needs the same canvas columns")
+    n_canvas = cols.numel()
+    probs_canvas = None
+    still_masked = torch.ones(b, n_canvas, dtype=torch.bool)  # [b, C]
     for k in _positions_per_step(n_canvas, steps):
-        logits = masked_logits(model, tokens, key_mask).float()  # [b, L, V]
-        if probs_out is None:
-            probs_out = torch.zeros_like(logits)
+        logits = masked_logits(model, tokens, key_mask)[:, cols].float()  # [b, C, V]
+        if probs_canvas is None:
+            probs_canvas = torch.zeros_like(logits)
         logits[..., mask_token_id] = float("-inf")  # never propose the mask token
         if temperature == 0:
             probs = torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
         else:
             probs = torch.softmax(filter_logits(logits / temperature, top_p=top_p, top_k=top_k), dim=-1)
-        flat = probs.view(-1, probs.shape[-1])
-        sampled = torch.multinomial(flat, 1, generator=generator).view(b, length)  # [b, L]
+        sampled = torch.multinomial(probs.view(-1, probs.shape[-1]), 1, generator=generator).view(b, n_canvas)
         if order == "entropy":
             plain = torch.softmax(logits, dim=-1)
-            score = (plain * torch.log(plain.clamp_min(1e-12))).sum(-1)  # -entropy
+            score = (plain * torch.log(plain.clamp_min(1e-12))).sum(-1)  # -entropy, [b, C]
         elif order == "confidence":
             score = torch.softmax(logits, dim=-1).gather(-1, sampled[..., None]).squeeze(-1)
         elif order == "left_to_right":
-            score = -torch.arange(length, dtype=torch.float)[None, :].expand(b, length)
+            score = -torch.arange(n_canvas, dtype=torch.float)[None, :].expand(b, n_canvas)
         else:
-            score = torch.rand(b, length, generator=generator)
+            score = torch.rand(b, n_canvas, generator=generator)
         score = score.masked_fill(~still_masked, float("-inf"))
         chosen = score.topk(k, dim=-1).indices  # [b, k]
-        unmask = torch.zeros_like(still_masked).scatter_(1, chosen, True) & still_masked
-        tokens = torch.where(unmask, sampled, tokens)
-        probs_out = torch.where(unmask[..., None], probs, probs_out)
+        unmask = torch.zeros_like(still_masked).scatter_(1, chosen, True) & still_masked  # [b, C]
+        tokens[:, cols] = torch.where(unmask, sampled, tokens[:, cols])
+        probs_canvas = torch.where(unmask[..., None], probs, probs_canvas)
         still_masked &= ~unmask
+    probs_out = torch.zeros(b, length, probs_canvas.shape[-1])
+    probs_out[:, cols] = probs_canvas
     return tokens, probs_out
 
 
