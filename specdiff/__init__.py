@@ -7,7 +7,7 @@ The public names load on first use, so `specdiff --help` does not pay for import
 """
 from __future__ import annotations
 
-import importlib
+from specdiff.lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -20,14 +20,7 @@ _PUBLIC = {
     "Cactus": "specdiff.acceptance",
 }
 __all__ = list(_PUBLIC)
-
-
-def __getattr__(name: str):
-    if name in _PUBLIC:
-        value = getattr(importlib.import_module(_PUBLIC[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'specdiff' has no attribute {name!r}")
+__getattr__ = lazy_exports(globals(), _PUBLIC)
 
 
 def __dir__():

@@ -135,9 +135,7 @@ class Cactus:
 
     def relax(self, p_draft, q_draft, tv=None) -> Relaxation:
         gamma = self.gamma(p_draft).to(p_draft.dtype)
-        rest = 1.0 - p_draft
-        # p~(v) = (1 - gamma) / (1 - p(y)) * p(v) for v != y; when p(y) = 1, gamma = 1 and p~ = p.
-        scale = torch.where(rest > 0, (1.0 - gamma) / rest.clamp(min=1e-300), torch.zeros_like(rest))
+        scale = cactus_scale(p_draft, gamma)
         onehot = gamma - scale * p_draft
         return Relaxation(scale, torch.zeros_like(p_draft), onehot)
 
@@ -231,6 +229,12 @@ def _newton_gamma_tensor(p: torch.Tensor, delta: float, max_iters: int, tol: flo
     return torch.where(p > 0, gamma, 0.0)
 
 
+def cactus_scale(p_draft: torch.Tensor, gamma: torch.Tensor) -> torch.Tensor:
+    """s = (1 - gamma*) / (1 - p(y)): Cactus's p~(v) = s p(v) for v != y (App. E); 0 where p(y) = 1."""
+    rest = 1.0 - p_draft
+    return torch.where(rest > 0, (1.0 - gamma) / rest.clamp(min=1e-300), torch.zeros_like(rest))
+
+
 def cactus_gamma_taylor(p_draft: torch.Tensor, delta: float) -> torch.Tensor:
     """Cactus's closed form from the Taylor expansion (Eq. 18): min(p + sqrt(2 delta p (1-p)), 1)."""
     p = p_draft.to(torch.float64).clamp(0.0, 1.0)
@@ -257,8 +261,7 @@ def cactus_emitted_distribution(p: torch.Tensor, q: torch.Tensor, gamma: torch.T
     gamma = gamma.to(torch.float64)
     safe_q = torch.where(q > 0, q, torch.ones_like(q))
     accept = torch.where(q > 0, (gamma / safe_q).clamp(max=1.0), torch.ones_like(q))  # a(v)
-    rest = 1.0 - p
-    scale = torch.where(rest > 0, (1.0 - gamma) / rest.clamp(min=1e-300), torch.zeros_like(rest))  # s_v
+    scale = cactus_scale(p, gamma)  # s_v
     ratio = torch.where(p > 0, q / p.clamp(min=1e-300), torch.full_like(p, float("inf")))  # r(v)
 
     # F(s) = s * sum_{r < s} p - sum_{r < s} q, from r sorted ascending.

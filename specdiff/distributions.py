@@ -117,10 +117,8 @@ def _check_logits(logits: torch.Tensor, name: str) -> None:
     if logits.numel() == 0:
         return
     largest = logits.amax()
-    if torch.isnan(largest):
-        raise ValueError(f"{name} (logits) contains NaN")
-    if largest == float("inf"):
-        raise ValueError(f"{name} (logits) contains +inf")
+    if torch.isnan(largest) or largest == float("inf"):
+        _name_bad_logits(logits, name)
 
 
 def _check_probabilities(probs: torch.Tensor, name: str) -> None:

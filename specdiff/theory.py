@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from specdiff.acceptance import Cactus, Linear, Lossless, TVBudget
+from specdiff.acceptance import Cactus, Linear, Lossless, TVBudget, cactus_scale
 
 
 def total_variation(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
@@ -52,8 +52,7 @@ def emitted_distribution(rule, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor
         return (1.0 - lam) * p + lam * q
     vocab = p.shape[-1]
     gamma = rule.gamma(p).to(p.dtype)  # [..., V] gamma*(y) for each possible draft y
-    rest = 1.0 - p
-    scale = torch.where(rest > 0, (1.0 - gamma) / rest.clamp(min=1e-300), torch.zeros_like(rest))  # [..., V]
+    scale = cactus_scale(p, gamma)  # [..., V]
     # relaxed[..., y, v]: p~_y(v)
     relaxed = scale.unsqueeze(-1) * p.unsqueeze(-2)
     eye = torch.eye(vocab, dtype=p.dtype)

@@ -76,8 +76,9 @@ def verify(
 
     target = Distributions(target_probs, inputs, "target_probs", dtype, validate)
     draft = Distributions(draft_probs, inputs, "draft_probs", dtype, validate) if draft_probs is not None else None
-    if validate and draft is not None and draft.is_impossible(draft_tokens).any():
-        row, pos = draft.is_impossible(draft_tokens).nonzero()[0].tolist()
+    impossible = draft.is_impossible(draft_tokens) if validate and draft is not None else None  # [b, B]
+    if impossible is not None and impossible.any():
+        row, pos = impossible.nonzero()[0].tolist()
         raise ValueError(
             f"drafted token {draft_tokens[row, pos].item()} at row {row}, position {pos} has proposal "
             "probability 0: it cannot have been drawn from draft_probs"
@@ -159,21 +160,38 @@ def _block_verify(target, draft, draft_tokens, rule, uniforms):
     residual weight p_tau [b], and, for Cactus with a real proposal, its fixed target C [b, B, V].
     """
     block_len = draft_tokens.shape[1]
-    p_draft = target.at(draft_tokens, block_len)  # [b, B] p_i(y_i)
-    q_draft = draft.at(draft_tokens) if draft is not None else torch.ones_like(p_draft)  # [b, B] q_i(y_i)
-    tv = _total_variation(target, draft, draft_tokens, block_len) if rule.needs_tv else None
+    fixed_target = None
+    if draft is None:  # point mass: q = onehot(y), so only p at the drafted tokens is needed
+        p_dense = q_dense = None
+        p_draft = target.at(draft_tokens, block_len)  # [b, B] p_i(y_i)
+        q_draft = torch.ones_like(p_draft)
+        tv = 1.0 - p_draft  # TV(p, onehot(y))
+    else:  # every position's whole distribution, normalised once and shared below
+        p_dense = target.dense(block_len)  # [b, B, V]
+        q_dense = draft.dense(block_len)  # [b, B, V]
+        index = draft_tokens.unsqueeze(-1)
+        p_draft = p_dense.gather(-1, index).squeeze(-1)  # [b, B] p_i(y_i)
+        q_draft = q_dense.gather(-1, index).squeeze(-1)  # [b, B] q_i(y_i)
+        tv = 0.5 * (p_dense - q_dense).abs().sum(dim=-1) if rule.needs_tv else None
     relax = rule.relax(p_draft, q_draft, tv)
     relaxed_draft = relax.at_draft(p_draft, q_draft)  # [b, B] p~_i(y_i)
-    fixed_target = None
     if isinstance(rule, Cactus) and draft is not None:
         # Cactus's p~ depends on the drafted token; block verification needs a fixed target, so
         # it verifies against C, the distribution token-level Cactus emits (docs/verification.md).
-        p_dense = target.dense(block_len)  # [b, B, V]
-        fixed_target = cactus_emitted_distribution(p_dense, draft.dense(block_len), rule.gamma(p_dense))
-        fixed_target = fixed_target.to(target.dtype)
+        fixed_target = cactus_emitted_distribution(p_dense, q_dense, rule.gamma(p_dense)).to(target.dtype)
         relaxed_draft = fixed_target.gather(-1, draft_tokens.unsqueeze(-1)).squeeze(-1)
     weights = _block_weights(relaxed_draft / q_draft)  # [b, B+1]: p_0 = 1, p_i
-    residual_mass = _block_residual_mass(target, draft, draft_tokens, relax, relaxed_draft, weights, fixed_target)
+    w = weights[:, :block_len]  # [b, B] p_0..p_{B-1}
+    if draft is None:
+        # Z_{i+1} with q_{i+1} a point mass on y_{i+1}: p_i (1 - p~_{i+1}(y_{i+1})).
+        residual_mass = w * (1.0 - relaxed_draft)
+    else:
+        if fixed_target is None:
+            relaxed = _relaxed_rows(p_dense, q_dense, draft_tokens, *relax)
+        else:
+            relaxed = fixed_target
+        # Z_{i+1} = sum_x max(p_i p~_{i+1}(x) - q_{i+1}(x), 0) for i = 0..B-1
+        residual_mass = (w.unsqueeze(-1) * relaxed - q_dense).clamp(min=0).sum(dim=-1)
     num_accepted = _block_stop(weights, residual_mass, uniforms)
     residual_weight = weights.gather(1, num_accepted.unsqueeze(1)).squeeze(1)  # [b] p_tau
     return num_accepted, relax, weights[:, 1:], residual_weight, fixed_target
@@ -190,22 +208,6 @@ def _block_weights(ratio: torch.Tensor) -> torch.Tensor:
     prefix = torch.cat([torch.zeros_like(log_ratio[:, :1]), log_ratio.cumsum(dim=-1)], dim=-1)  # [b, B+1]
     prefix = torch.nan_to_num(prefix, nan=float("-inf"))
     return torch.exp(prefix - prefix.cummax(dim=-1).values).clamp(max=1.0)
-
-
-def _block_residual_mass(target, draft, draft_tokens, relax, relaxed_draft, weights, fixed_target=None):
-    """Z_{i+1} = sum_x max(p_i p~_{i+1}(x) - q_{i+1}(x), 0) for i = 0..B-1. Returns [b, B]."""
-    block_len = draft_tokens.shape[1]
-    w = weights[:, :block_len]  # [b, B] p_0..p_{B-1}
-    if draft is None:
-        # q_{i+1} is a point mass on y_{i+1}: the sum is p_i (1 - p~_{i+1}(y_{i+1})).
-        return w * (1.0 - relaxed_draft)
-    p_dense = target.dense(block_len)  # [b, B, V]
-    q_dense = draft.dense(block_len)  # [b, B, V]
-    if fixed_target is not None:
-        relaxed = fixed_target
-    else:
-        relaxed = _relaxed_rows(p_dense, q_dense, draft_tokens, relax.p_coef, relax.q_coef, relax.onehot_coef)
-    return (w.unsqueeze(-1) * relaxed - q_dense).clamp(min=0).sum(dim=-1)
 
 
 def _block_stop(weights: torch.Tensor, residual_mass: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
@@ -327,13 +329,6 @@ def _last_positive(values: torch.Tensor) -> torch.Tensor:
     """Index of the last positive entry of each row, [b, 1]: guards rounding at a chunk's end."""
     index = torch.arange(values.shape[-1], device=values.device)
     return torch.where(values > 0, index, 0).amax(dim=-1, keepdim=True)
-
-
-def _total_variation(target, draft, draft_tokens, block_len) -> torch.Tensor:
-    """TV(p_i, q_i) at every drafted position, [b, B]. Point mass: 1 - p_i(y_i)."""
-    if draft is None:
-        return 1.0 - target.at(draft_tokens, block_len)
-    return 0.5 * (target.dense(block_len) - draft.dense(block_len)).abs().sum(dim=-1)
 
 
 def _assemble(draft_tokens, num_accepted, next_token) -> torch.Tensor:

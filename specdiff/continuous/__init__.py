@@ -4,7 +4,7 @@ Diffusions via Block Verification"). See docs/continuous.md.
 Names load on first use, so the command line does not import torch just to list subcommands."""
 from __future__ import annotations
 
-import importlib
+from specdiff.lazy import lazy_exports
 
 _PUBLIC = {
     "gaussian_verify": "specdiff.continuous.gaussian",
@@ -13,11 +13,4 @@ _PUBLIC = {
     "acceptance_probability": "specdiff.continuous.gaussian",
 }
 __all__ = list(_PUBLIC)
-
-
-def __getattr__(name: str):
-    if name in _PUBLIC:
-        value = getattr(importlib.import_module(_PUBLIC[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'specdiff.continuous' has no attribute {name!r}")
+__getattr__ = lazy_exports(globals(), _PUBLIC)
