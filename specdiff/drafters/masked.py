@@ -30,11 +30,23 @@ def bidirectional_mask(key_mask: torch.Tensor) -> torch.Tensor:
     return key_mask[:, None, None, :].expand(b, 1, length, length)
 
 
-def masked_logits(model, tokens: torch.Tensor, key_mask: torch.Tensor) -> torch.Tensor:
+def masked_logits(model, tokens: torch.Tensor, key_mask: torch.Tensor,
+                  columns: torch.Tensor | None = None) -> torch.Tensor:
     """One bidirectional forward with Dream's shift: returns logits [b, L, V] where row j is the
-    distribution of token j (taken from the model's output at j-1; row 0 is a copy of row 1's source)."""
+    distribution of token j (taken from the model's output at j-1; row 0 is a copy of row 1's source),
+    or only the rows `columns` [C] (each >= 1): [b, C, V], projecting only those positions to the vocab.
+
+    The attention mask is handed to the layers already prepared (a {layer type: mask} dict, which
+    transformers passes through), with `is_causal=False`: nothing masked when no row is padded (SDPA
+    runs unmasked and bidirectional), else a 4D boolean mask that hides only the padding."""
     position_ids = (key_mask.long().cumsum(-1) - 1).clamp(min=0)  # [b, L], left padding aware
-    logits = model(input_ids=tokens, attention_mask=bidirectional_mask(key_mask), position_ids=position_ids).logits
+    mask = None if bool(key_mask.all()) else bidirectional_mask(key_mask)
+    layer_masks = {kind: mask for kind in set(model.config.layer_types)}
+    keep = 0 if columns is None else columns - 1  # output j-1 is the distribution of token j
+    logits = model(input_ids=tokens, attention_mask=layer_masks, position_ids=position_ids, is_causal=False,
+                   logits_to_keep=keep).logits
+    if columns is not None:
+        return logits  # [b, C, V]
     return torch.cat([logits[:, :1], logits[:, :-1]], dim=1)  # [b, L, V]
 
 
@@ -66,7 +78,7 @@ def denoise(model, tokens: torch.Tensor, key_mask: torch.Tensor, canvas: torch.T
     probs_canvas = None
     still_masked = torch.ones(b, n_canvas, dtype=torch.bool)  # [b, C]
     for k in _positions_per_step(n_canvas, steps):
-        logits = masked_logits(model, tokens, key_mask)[:, cols].float()  # [b, C, V]
+        logits = masked_logits(model, tokens, key_mask, cols).float()  # [b, C, V]
         if probs_canvas is None:
             probs_canvas = torch.zeros_like(logits)
         logits[..., mask_token_id] = float("-inf")  # never propose the mask token

@@ -28,6 +28,7 @@ def register(subparsers) -> None:
     train.add_argument("--run-dir", default=None, help="checkpoint dir (default runs/zoo/NAME)")
     train.add_argument("--out", default=None, help="output dir (default: the package's model dir)")
     train.add_argument("--fresh", action="store_true", help="ignore an existing checkpoint")
+    train.add_argument("--probe-every", type=int, default=400, help="steps between validation probes (default 400)")
     train.set_defaults(handler=run_train)
 
     evaluate = zoo_sub.add_parser("eval", help="accuracy, size and speed on arith test problems",
@@ -66,7 +67,7 @@ def run_train(args: argparse.Namespace) -> int:
     from specdiff.zoo.train import train
 
     train(args.name, run_dir=args.run_dir, out_dir=args.out, steps=args.steps, threads=args.threads,
-          resume=not args.fresh)
+          resume=not args.fresh, probe_every=args.probe_every)
     return 0
 
 

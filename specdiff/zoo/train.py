@@ -26,6 +26,7 @@ from specdiff.eval import tasks
 from specdiff.zoo import configs
 
 MASK_EPS = 1e-3  # smallest masking ratio t
+SPACE = "\u2581"  # the tokenizer's word-start marker
 
 
 def model_config(name: str, tokenizer):
@@ -71,23 +72,46 @@ def ar_batch(problems, tokenizer) -> tuple[torch.Tensor, torch.Tensor, torch.Ten
     return input_ids, attention_mask, labels
 
 
+def number_groups(ids: list[int], tokenizer) -> list[int]:
+    """Which number each token belongs to, by value: 0 for a non-digit token, else k >= 1, the same k
+    for every occurrence of the same value in `ids`. A number is a run of one-digit tokens; a
+    `▁`-prefixed digit starts a new number. `▁5 ▁* ▁1 2 ▁= ▁6 0 . ▁so ▁6 0` -> 1 0 2 2 0 3 3 0 0 3 3."""
+    pieces = tokenizer.convert_ids_to_tokens(ids)
+    digits = [p.lstrip(SPACE) if len(p.lstrip(SPACE)) == 1 and p.lstrip(SPACE).isdigit() else None for p in pieces]
+    groups, values, i = [0] * len(ids), {}, 0
+    while i < len(ids):
+        if digits[i] is None:
+            i += 1
+            continue
+        end = i + 1
+        while end < len(ids) and digits[end] is not None and not pieces[end].startswith(SPACE):
+            end += 1
+        value = "".join(digits[i:end]).lstrip("0") or "0"
+        groups[i:end] = [values.setdefault(value, len(values) + 1)] * (end - i)
+        i = end
+    return groups
+
+
 def mdlm_batch(problems, tokenizer, canvas: int = configs.CANVAS_TOKENS):
     """Right-padded `bos prompt canvas`, canvas = answer + eos * (canvas - len(answer)).
-    Returns x0 [b, L], key_mask [b, L] (True on real tokens), canvas_mask [b, L] (True on canvas)."""
-    rows, starts = [], []
+    Returns x0 [b, L], key_mask [b, L] (True on real tokens), canvas_mask [b, L] (True on canvas), and
+    groups [b, L]: on the canvas, `number_groups` of the canvas (0 elsewhere), for grouped masking."""
+    rows, starts, group_rows = [], [], []
     for p in problems:
         prompt = tokenizer(p.prompt).input_ids
         answer = tokenizer(p.answer, add_special_tokens=False).input_ids[: canvas - 1]
         answer = answer + [tokenizer.eos_token_id] * (canvas - len(answer))
         rows.append(prompt + answer)
         starts.append(len(prompt))
+        group_rows.append([0] * len(prompt) + number_groups(answer, tokenizer))
     length = max(map(len, rows))
     x0 = torch.tensor([r + [tokenizer.pad_token_id] * (length - len(r)) for r in rows])
+    groups = torch.tensor([g + [0] * (length - len(g)) for g in group_rows])
     position = torch.arange(length)[None, :]
     lengths = torch.tensor([len(r) for r in rows])[:, None]
     key_mask = position < lengths
     canvas_mask = (position >= torch.tensor(starts)[:, None]) & key_mask
-    return x0, key_mask, canvas_mask
+    return x0, key_mask, canvas_mask, groups
 
 
 def bidirectional_mask(key_mask: torch.Tensor) -> torch.Tensor:
@@ -103,20 +127,26 @@ def ar_loss(model, batch) -> torch.Tensor:
     return F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten(), ignore_index=-100)
 
 
-def mdlm_loss(model, batch, mask_token_id: int, generator: torch.Generator | None = None,
-              prefix_prob: float = 0.0) -> torch.Tensor:
-    """MDLM loss (1/t-weighted masked cross-entropy) with Dream's shifted logits.
+def mdlm_mask(batch, t: torch.Tensor, generator: torch.Generator | None = None, prefix_prob: float = 0.0,
+              group_prob: float = 0.0) -> torch.Tensor:
+    """Which canvas tokens an MDLM training sequence masks [b, L] bool, at ratio t [b, 1] per sequence.
 
-    prefix_prob: the fraction of sequences that keep a random prefix of the canvas clean and mask only
-    after it (with the same ratio t), as the drafter sees prompt + accepted prefix + masked block when
-    drafting. Without it the model learns to copy each intermediate result from where the chain of
-    thought repeats it instead of computing it (see docs/testbed.md)."""
-    x0, key_mask, canvas_mask = batch
+    - plain (MDLM): each canvas token independently with probability t;
+    - grouped (a `group_prob` share of the sequences): each number *value* is masked with probability
+      t as one unit — all its digit tokens at every place it occurs in the canvas — other tokens
+      independently. A chain of thought writes each result 2-3 times (`= 60.`, `so 60 - 33`,
+      `#### 60`); under plain masking one copy is nearly always visible, so the model learns to copy
+      results instead of computing them from their operands (docs/testbed.md);
+    - clean prefix (a `prefix_prob` share, independent of grouping): a random prefix of the canvas
+      stays clean and only tokens after the cut can be masked, the drafting situation."""
+    x0, key_mask, canvas_mask, groups = batch
     b, length = x0.shape
-    # low-discrepancy sampler of MDLM (Sahoo et al. 2024): one uniform offset, b evenly spaced ratios
-    u = (torch.rand(1, generator=generator) + torch.arange(b) / b) % 1.0  # [b]
-    t = (MASK_EPS + (1 - MASK_EPS) * u)[:, None]  # [b, 1]
-    masked = canvas_mask & (torch.rand(b, length, generator=generator) < t)  # [b, L]
+    draw = torch.rand(b, length, generator=generator)  # [b, L]
+    if group_prob > 0:
+        group_draw = torch.rand(b, int(groups.max()) + 1, generator=generator).gather(1, groups)  # [b, L]
+        grouped = (torch.rand(b, 1, generator=generator) < group_prob) & (groups > 0)  # [b, L]
+        draw = torch.where(grouped, group_draw, draw)
+    masked = canvas_mask & (draw < t)  # [b, L]
     if prefix_prob > 0:
         canvas_start = canvas_mask.float().argmax(dim=1, keepdim=True)  # [b, 1]
         canvas_length = canvas_mask.sum(dim=1, keepdim=True)  # [b, 1]
@@ -124,6 +154,19 @@ def mdlm_loss(model, batch, mask_token_id: int, generator: torch.Generator | Non
         use_prefix = torch.rand(b, 1, generator=generator) < prefix_prob  # [b, 1]
         clean_prefix = use_prefix & (torch.arange(length)[None, :] < cut)  # [b, L]
         masked &= ~clean_prefix
+    return masked
+
+
+def mdlm_loss(model, batch, mask_token_id: int, generator: torch.Generator | None = None,
+              prefix_prob: float = 0.0, group_prob: float = 0.0) -> torch.Tensor:
+    """MDLM loss (1/t-weighted masked cross-entropy) with Dream's shifted logits; masking by
+    `mdlm_mask` (plain, grouped by number value, clean prefix)."""
+    x0, key_mask, canvas_mask, groups = batch
+    b, length = x0.shape
+    # low-discrepancy sampler of MDLM (Sahoo et al. 2024): one uniform offset, b evenly spaced ratios
+    u = (torch.rand(1, generator=generator) + torch.arange(b) / b) % 1.0  # [b]
+    t = (MASK_EPS + (1 - MASK_EPS) * u)[:, None]  # [b, 1]
+    masked = mdlm_mask(batch, t, generator, prefix_prob=prefix_prob, group_prob=group_prob)
     xt = torch.where(masked, torch.full_like(x0, mask_token_id), x0)
     position_ids = torch.arange(length)[None, :].expand(b, length)
     logits = model(input_ids=xt, attention_mask=bidirectional_mask(key_mask), position_ids=position_ids).logits
@@ -232,7 +275,7 @@ def train(name: str, run_dir: str | Path | None = None, out_dir: str | Path | No
             loss = ar_loss(model, ar_batch(problems, tokenizer))
         else:
             loss = mdlm_loss(model, mdlm_batch(problems, tokenizer), tokenizer.mask_token_id, generator,
-                             prefix_prob=stage.get("prefix_prob", 0.0))
+                             prefix_prob=stage.get("prefix_prob", 0.0), group_prob=stage.get("group_prob", 0.0))
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

@@ -1,0 +1,109 @@
+"""MDLM training masks: number groups, grouped masking (a value is masked at every place it occurs),
+clean prefixes; and the drafter's canvas-only logits match the full forward."""
+import torch
+
+from specdiff import zoo
+from specdiff.drafters.masked import masked_logits
+from specdiff.eval import tasks
+from specdiff.zoo.train import mdlm_batch, mdlm_mask, number_groups
+
+
+def _pieces_and_groups(text):
+    tok = zoo.tokenizer()
+    ids = tok(text, add_special_tokens=False).input_ids
+    return tok.convert_ids_to_tokens(ids), number_groups(ids, tok)
+
+
+def test_number_groups_by_value():
+    pieces, groups = _pieces_and_groups("He has 5 * 12 = 60 cookies. He eats 33, so 60 - 33 = 27.")
+    by_piece = list(zip(pieces, groups))
+    sixty = [g for p, g in by_piece if p in ("\u25816",)]
+    assert len(sixty) == 2 and sixty[0] == sixty[1] > 0  # both 60s share one group
+    words = [g for p, g in by_piece if not p.lstrip("\u2581").isdigit()]
+    assert set(words) == {0}  # non-digit tokens have no group
+    # every digit token of a number has the number's group; different values differ
+    values = {}
+    for i, (p, g) in enumerate(by_piece):
+        if p.startswith("\u2581") and p[1:].isdigit():
+            digits = p[1:]
+            j = i + 1
+            while j < len(pieces) and pieces[j].isdigit():
+                digits += pieces[j]
+                assert groups[j] == g
+                j += 1
+            values.setdefault(digits, g)
+            assert values[digits] == g
+    assert len(set(values.values())) == len(values) == 5  # 5, 12, 60, 33, 27
+
+
+def test_number_groups_leading_zeros_and_adjacent_numbers():
+    _, groups = _pieces_and_groups("7 07 70 7")
+    assert groups[0] == groups[1] == groups[2] == groups[5]  # 7, 07 and the last 7 are one value
+    assert groups[3] == groups[4] != groups[0]  # 70 is another
+
+
+def _batch(n=16):
+    return mdlm_batch(tasks.arith_problems("validation", n), zoo.tokenizer())
+
+
+def test_grouped_masking_masks_every_occurrence_of_a_value_together():
+    x0, key_mask, canvas_mask, groups = batch = _batch()
+    assert ((groups > 0) <= canvas_mask).all()  # groups only on the canvas
+    t = torch.full((x0.shape[0], 1), 0.5)
+    for seed in range(5):
+        masked = mdlm_mask(batch, t, torch.Generator().manual_seed(seed), group_prob=1.0)
+        for row in range(x0.shape[0]):
+            for g in groups[row].unique().tolist():
+                if g == 0:
+                    continue
+                in_group = masked[row][groups[row] == g]
+                assert in_group.all() or not in_group.any()
+    # and some values are masked, some not
+    assert masked[groups > 0].any() and not masked[groups > 0].all()
+
+
+def test_plain_masking_splits_values():
+    x0, _, _, groups = batch = _batch()
+    t = torch.full((x0.shape[0], 1), 0.5)
+    masked = mdlm_mask(batch, t, torch.Generator().manual_seed(0), group_prob=0.0)
+    split = 0
+    for row in range(x0.shape[0]):
+        for g in groups[row].unique().tolist():
+            if g and 0 < int(masked[row][groups[row] == g].sum()) < int((groups[row] == g).sum()):
+                split += 1
+    assert split > 0  # independent per-token masking leaves part of a value visible
+
+
+def test_masks_stay_on_the_canvas_and_respect_ratio():
+    x0, _, canvas_mask, _ = batch = _batch(32)
+    for group_prob, prefix_prob in [(0.0, 0.0), (1.0, 0.0), (0.5, 0.5)]:
+        assert not mdlm_mask(batch, torch.ones(32, 1), None, prefix_prob, group_prob)[~canvas_mask].any()
+    assert mdlm_mask(batch, torch.full((32, 1), 1.0), None, 0.0, 1.0)[canvas_mask].all()  # t = 1 masks all
+    assert not mdlm_mask(batch, torch.zeros(32, 1), None, 0.0, 1.0).any()  # t = 0 masks nothing
+
+
+def test_clean_prefix_masks_only_after_a_cut():
+    x0, _, canvas_mask, _ = batch = _batch(32)
+    masked = mdlm_mask(batch, torch.ones(32, 1), torch.Generator().manual_seed(0), prefix_prob=1.0)
+    for row in range(32):
+        cols = canvas_mask[row].nonzero().squeeze(1)
+        row_mask = masked[row, cols]
+        first = int(row_mask.float().argmax())
+        assert row_mask[first:].all() and not row_mask[:first].any()  # t = 1: clean prefix, then all masked
+
+
+def test_masked_logits_columns_match_full_forward():
+    model = zoo.load("masked-drafter")
+    tok = zoo.tokenizer()
+    torch.manual_seed(0)
+    ids = torch.randint(5, len(tok), (2, 30))
+    key_mask = torch.ones_like(ids, dtype=torch.bool)
+    key_mask[1, :4] = False  # left padding in one row: the 4D mask path
+    cols = torch.arange(20, 30)
+    with torch.no_grad():
+        full = masked_logits(model, ids, key_mask)
+        part = masked_logits(model, ids, key_mask, cols)
+        unpadded = masked_logits(model, ids[:1], key_mask[:1], cols)  # no padding: the unmasked path
+    assert part.shape == (2, 10, len(tok))
+    assert torch.allclose(part, full[:, cols], atol=1e-5)
+    assert torch.allclose(unpadded, full[:1, cols], atol=1e-5)
