@@ -6,6 +6,7 @@ sigma = 0 (the last step, or churn 0) are never speculated: such a round is a pl
 """
 from __future__ import annotations
 
+import copy
 import time
 from dataclasses import dataclass, field
 
@@ -111,7 +112,8 @@ class SpeculativeSampler:
         initial: torch.Tensor,  # [n, d] y_0
         generator: torch.Generator | None = None,
     ) -> tuple[torch.Tensor, SampleStats]:  # samples [n, d]
-        schedule, target, gamma = self.target.schedule, self.target, self.draft_length
+        target, gamma, drafter = self.target, self.draft_length, self.drafter
+        schedule = cast_schedule(target.schedule, initial.dtype)  # coefficients gathered without casts
         K = schedule.num_steps
         n, d = initial.shape
         start = time.perf_counter()
@@ -122,52 +124,72 @@ class SpeculativeSampler:
         drafter_calls = torch.zeros(n, dtype=torch.long)
         cached_score = torch.zeros_like(state)
         has_cache = torch.zeros(n, dtype=torch.bool)
+        every_row_cached = False  # Free drafter: after its first round no row needs a root call
         evaluations = 0
         position = torch.arange(gamma + 1)
 
         while True:
-            rows = (step < K).nonzero().squeeze(-1)
-            if rows.numel() == 0:
+            active = step < K
+            num_active = int(active.sum())
+            if num_active == 0:
                 break
-            y, k = state[rows], step[rows]  # [b, d], [b]
+            rows = None if num_active == n else active.nonzero().squeeze(-1)  # None: every row
+            y, k = _take(state, rows), _take(step, rows)  # [b, d], [b]
+            b = y.shape[0]
             num_drafted = self.lengths[k]  # [b] L
-            b = rows.numel()
             draft_noise = torch.randn((b, gamma, d), generator=generator, dtype=y.dtype)
             draft_noise = draft_noise * (position[1:] <= num_drafted.unsqueeze(-1)).unsqueeze(-1)
 
             # the frozen score: a root target call (Frozen; Free on its first round), or the cache (Free)
-            needs_root = num_drafted > 0
-            if self.drafter.reuses_verification:
-                needs_root &= ~has_cache[rows]
-            elif not self.drafter.needs_root_call:
-                needs_root &= False
+            if drafter.reuses_verification and every_row_cached:
+                needs_root = None
+            else:
+                needs_root = num_drafted > 0
+                if drafter.reuses_verification:
+                    needs_root &= ~_take(has_cache, rows)
+                elif not drafter.needs_root_call:
+                    needs_root &= False
+                if not bool(needs_root.any()):
+                    needs_root = None
             root_denoised = torch.zeros_like(y)
-            if bool(needs_root.any()):
+            if needs_root is not None:
                 root_denoised[needs_root] = target.denoise(y[needs_root], k[needs_root])
-                target_calls[rows[needs_root]] += 1
+                _add(target_calls, rows, needs_root.long())
                 evaluations += int(needs_root.sum())
-            frozen_score = score_from_denoised(schedule, y, k, root_denoised)
-            if self.drafter.reuses_verification:
-                frozen_score = torch.where(needs_root.unsqueeze(-1), frozen_score, cached_score[rows])
-            draft_means, draft_states = self.drafter.draft(schedule, y, k, frozen_score, draft_noise)
-            if self.drafter.name == "model":
-                drafter_calls[rows] += gamma
+            if drafter.reuses_verification:
+                frozen_score = _take(cached_score, rows)
+                if needs_root is not None:
+                    root_score = score_from_denoised(schedule, y, k, root_denoised)
+                    frozen_score = torch.where(needs_root.unsqueeze(-1), root_score, frozen_score)
+            elif drafter.needs_root_call:
+                frozen_score = score_from_denoised(schedule, y, k, root_denoised)
+            else:
+                frozen_score = None  # a separate model does not use the target's score
+            draft_means, draft_states = drafter.draft(schedule, y, k, frozen_score, draft_noise)
+            if drafter.name == "model":
+                _add(drafter_calls, rows, gamma)
 
             # ONE batched target call on y_hat_0..y_hat_L of every row
             all_states = torch.cat([y.unsqueeze(1), draft_states], dim=1)  # [b, g+1, d]
             all_steps = (k.unsqueeze(-1) + position).clamp(max=K - 1)  # [b, g+1]
             evaluate = position <= num_drafted.unsqueeze(-1)  # [b, g+1]
-            evaluate[:, 0] &= ~needs_root  # already evaluated by the root call
-            denoised = torch.zeros_like(all_states)
-            denoised[:, 0] = root_denoised
-            if bool(evaluate.any()):
-                denoised[evaluate] = target.denoise(all_states[evaluate], all_steps[evaluate])
-                target_calls[rows[evaluate.any(-1)]] += 1
-                evaluations += int(evaluate.sum())
+            if needs_root is not None:
+                evaluate[:, 0] &= ~needs_root  # already evaluated by the root call
+            if bool(evaluate.all()):  # the common case: no padding, no root call
+                denoised = target.denoise(all_states.reshape(-1, d), all_steps.reshape(-1)).reshape(b, gamma + 1, d)
+                _add(target_calls, rows, 1)
+                evaluations += b * (gamma + 1)
+            else:
+                denoised = torch.zeros_like(all_states)
+                denoised[:, 0] = root_denoised
+                if bool(evaluate.any()):
+                    denoised[evaluate] = target.denoise(all_states[evaluate], all_steps[evaluate])
+                    _add(target_calls, rows, evaluate.any(-1).long())
+                    evaluations += int(evaluate.sum())
             target_means = transition_mean(
                 schedule, all_states.reshape(-1, d), all_steps.reshape(-1), denoised.reshape(-1, d)
             ).reshape(b, gamma + 1, d)
-            sigma = schedule.step_std[all_steps].to(y.dtype)  # [b, g+1]
+            sigma = schedule.step_std[all_steps]  # [b, g+1]
 
             result = gaussian_verify(
                 draft_noise, draft_means, target_means, sigma,
@@ -175,15 +197,44 @@ class SpeculativeSampler:
                 generator=generator, num_drafted=num_drafted,
             )
             tau = result.num_accepted
-            state[rows] = result.next_state
-            step[rows] = k + tau + 1
-            rounds[rows] += 1
-            if self.drafter.reuses_verification:  # the score at the parent y_hat_tau of the new state
+            _put(state, rows, result.next_state)
+            _put(step, rows, k + tau + 1)
+            _add(rounds, rows, 1)
+            if drafter.reuses_verification:  # the score at the parent y_hat_tau of the new state
                 index = torch.arange(b)
-                cached_score[rows] = score_from_denoised(
+                _put(cached_score, rows, score_from_denoised(
                     schedule, all_states[index, tau], all_steps[index, tau], denoised[index, tau]
-                )
-                has_cache[rows] = True
+                ))
+                if not every_row_cached:
+                    _put(has_cache, rows, True)
+                    every_row_cached = bool(has_cache.all())
 
         stats = SampleStats(K, rounds, target_calls, drafter_calls, time.perf_counter() - start, evaluations)
         return state, stats
+
+
+def cast_schedule(schedule, dtype: torch.dtype):
+    """A copy of the schedule whose coefficients (computed in float64) are stored in `dtype`, so that
+    the many small gathers of a sampling loop need no cast. model_time is left for the denoiser."""
+    cast = copy.copy(schedule)
+    for name in ("signal", "noise", "step_std", "noise_coef", "state_coef", "score_coef"):
+        setattr(cast, name, getattr(schedule, name).to(dtype))
+    return cast
+
+
+def _take(tensor: torch.Tensor, rows: torch.Tensor | None) -> torch.Tensor:
+    return tensor if rows is None else tensor[rows]
+
+
+def _put(tensor: torch.Tensor, rows: torch.Tensor | None, values) -> None:
+    if rows is None:
+        tensor[...] = values
+    else:
+        tensor[rows] = values
+
+
+def _add(tensor: torch.Tensor, rows: torch.Tensor | None, values) -> None:
+    if rows is None:
+        tensor += values
+    else:
+        tensor[rows] += values
