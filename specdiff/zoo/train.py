@@ -94,24 +94,32 @@ def number_groups(ids: list[int], tokenizer) -> list[int]:
 
 def mdlm_batch(problems, tokenizer, canvas: int = configs.CANVAS_TOKENS):
     """Right-padded `bos prompt canvas`, canvas = answer + eos * (canvas - len(answer)).
-    Returns x0 [b, L], key_mask [b, L] (True on real tokens), canvas_mask [b, L] (True on canvas), and
-    groups [b, L]: on the canvas, `number_groups` of the canvas (0 elsewhere), for grouped masking."""
-    rows, starts, group_rows = [], [], []
+    Returns x0 [b, L], key_mask [b, L] (True on real tokens), canvas_mask [b, L] (True on canvas),
+    groups [b, L] (on the canvas, the number group of each digit token by value, see `number_groups`;
+    0 elsewhere) and result_rank [b, L]: on canvas digit tokens whose value does not occur in the
+    prompt (a computed result), 1 + the rank of the value's first occurrence among results; else 0."""
+    rows, starts, group_rows, rank_rows = [], [], [], []
     for p in problems:
         prompt = tokenizer(p.prompt).input_ids
         answer = tokenizer(p.answer, add_special_tokens=False).input_ids[: canvas - 1]
         answer = answer + [tokenizer.eos_token_id] * (canvas - len(answer))
         rows.append(prompt + answer)
         starts.append(len(prompt))
-        group_rows.append([0] * len(prompt) + number_groups(answer, tokenizer))
+        groups = number_groups(prompt + answer, tokenizer)  # ids in order of first occurrence
+        in_prompt = set(groups[: len(prompt)])
+        results = sorted({g for g in groups[len(prompt):] if g and g not in in_prompt})
+        rank = {g: i + 1 for i, g in enumerate(results)}
+        group_rows.append([0] * len(prompt) + groups[len(prompt):])
+        rank_rows.append([0] * len(prompt) + [rank.get(g, 0) for g in groups[len(prompt):]])
     length = max(map(len, rows))
     x0 = torch.tensor([r + [tokenizer.pad_token_id] * (length - len(r)) for r in rows])
     groups = torch.tensor([g + [0] * (length - len(g)) for g in group_rows])
+    result_rank = torch.tensor([g + [0] * (length - len(g)) for g in rank_rows])
     position = torch.arange(length)[None, :]
     lengths = torch.tensor([len(r) for r in rows])[:, None]
     key_mask = position < lengths
     canvas_mask = (position >= torch.tensor(starts)[:, None]) & key_mask
-    return x0, key_mask, canvas_mask, groups
+    return x0, key_mask, canvas_mask, groups, result_rank
 
 
 def bidirectional_mask(key_mask: torch.Tensor) -> torch.Tensor:
@@ -128,18 +136,22 @@ def ar_loss(model, batch) -> torch.Tensor:
 
 
 def mdlm_mask(batch, t: torch.Tensor, generator: torch.Generator | None = None, prefix_prob: float = 0.0,
-              group_prob: float = 0.0) -> torch.Tensor:
-    """Which canvas tokens an MDLM training sequence masks [b, L] bool, at ratio t [b, 1] per sequence.
+              group_prob: float = 0.0, result_prob: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Which canvas tokens an MDLM training sequence masks, at ratio t [b, 1] per sequence, and the loss
+    weight of each masked token. Returns masked [b, L] bool and weight [b, L] (0 where not masked).
 
-    - plain (MDLM): each canvas token independently with probability t;
+    - plain (MDLM): each canvas token independently with probability t, weight 1/t;
     - grouped (a `group_prob` share of the sequences): each number *value* is masked with probability
       t as one unit — all its digit tokens at every place it occurs in the canvas — other tokens
       independently. A chain of thought writes each result 2-3 times (`= 60.`, `so 60 - 33`,
       `#### 60`); under plain masking one copy is nearly always visible, so the model learns to copy
       results instead of computing them from their operands (docs/testbed.md);
-    - clean prefix (a `prefix_prob` share, independent of grouping): a random prefix of the canvas
+    - results (a `result_prob` share, on top): every result value (one that does not occur in the
+      prompt) from a random rank k on is masked too, everywhere, with weight 1: the state in which
+      entropy-order decoding computes result k (the text around it is written, later results not yet);
+    - clean prefix (a `prefix_prob` share, independent of the others): a random prefix of the canvas
       stays clean and only tokens after the cut can be masked, the drafting situation."""
-    x0, key_mask, canvas_mask, groups = batch
+    x0, key_mask, canvas_mask, groups, result_rank = batch
     b, length = x0.shape
     draw = torch.rand(b, length, generator=generator)  # [b, L]
     if group_prob > 0:
@@ -147,6 +159,14 @@ def mdlm_mask(batch, t: torch.Tensor, generator: torch.Generator | None = None, 
         grouped = (torch.rand(b, 1, generator=generator) < group_prob) & (groups > 0)  # [b, L]
         draw = torch.where(grouped, group_draw, draw)
     masked = canvas_mask & (draw < t)  # [b, L]
+    weight = masked / t
+    if result_prob > 0:
+        n_results = result_rank.max(dim=1, keepdim=True).values  # [b, 1]
+        first = 1 + (torch.rand(b, 1, generator=generator) * n_results).long()  # [b, 1], uniform in 1..n
+        use_results = torch.rand(b, 1, generator=generator) < result_prob  # [b, 1]
+        forced = use_results & (result_rank >= first) & (result_rank > 0) & ~masked  # [b, L]
+        masked = masked | forced
+        weight = torch.where(forced, torch.ones_like(weight), weight)
     if prefix_prob > 0:
         canvas_start = canvas_mask.float().argmax(dim=1, keepdim=True)  # [b, 1]
         canvas_length = canvas_mask.sum(dim=1, keepdim=True)  # [b, 1]
@@ -154,27 +174,27 @@ def mdlm_mask(batch, t: torch.Tensor, generator: torch.Generator | None = None, 
         use_prefix = torch.rand(b, 1, generator=generator) < prefix_prob  # [b, 1]
         clean_prefix = use_prefix & (torch.arange(length)[None, :] < cut)  # [b, L]
         masked &= ~clean_prefix
-    return masked
+        weight = weight * masked
+    return masked, weight
 
 
 def mdlm_loss(model, batch, mask_token_id: int, generator: torch.Generator | None = None,
-              prefix_prob: float = 0.0, group_prob: float = 0.0) -> torch.Tensor:
-    """MDLM loss (1/t-weighted masked cross-entropy) with Dream's shifted logits; masking by
-    `mdlm_mask` (plain, grouped by number value, clean prefix)."""
-    x0, key_mask, canvas_mask, groups = batch
+              prefix_prob: float = 0.0, group_prob: float = 0.0, result_prob: float = 0.0) -> torch.Tensor:
+    """MDLM loss (weighted masked cross-entropy, weight 1/t for ratio-t masks) with Dream's shifted
+    logits; masking by `mdlm_mask` (plain, grouped by number value, results, clean prefix)."""
+    x0, key_mask, canvas_mask = batch[:3]
     b, length = x0.shape
     # low-discrepancy sampler of MDLM (Sahoo et al. 2024): one uniform offset, b evenly spaced ratios
     u = (torch.rand(1, generator=generator) + torch.arange(b) / b) % 1.0  # [b]
     t = (MASK_EPS + (1 - MASK_EPS) * u)[:, None]  # [b, 1]
-    masked = mdlm_mask(batch, t, generator, prefix_prob=prefix_prob, group_prob=group_prob)
+    masked, weight = mdlm_mask(batch, t, generator, prefix_prob=prefix_prob, group_prob=group_prob,
+                               result_prob=result_prob)
     xt = torch.where(masked, torch.full_like(x0, mask_token_id), x0)
     position_ids = torch.arange(length)[None, :].expand(b, length)
     logits = model(input_ids=xt, attention_mask=bidirectional_mask(key_mask), position_ids=position_ids).logits
     logits = logits[:, :-1]  # [b, L-1, V]: logit i predicts token i+1
-    targets, target_masked = x0[:, 1:], masked[:, 1:]
-    ce = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), reduction="none").view(b, length - 1)
-    weighted = (ce * target_masked / t).sum()
-    return weighted / canvas_mask.sum()
+    ce = F.cross_entropy(logits.flatten(0, 1).float(), x0[:, 1:].flatten(), reduction="none").view(b, length - 1)
+    return (ce * weight[:, 1:]).sum() / canvas_mask.sum()
 
 
 def set_default_sampling(model, name: str) -> None:
@@ -275,7 +295,8 @@ def train(name: str, run_dir: str | Path | None = None, out_dir: str | Path | No
             loss = ar_loss(model, ar_batch(problems, tokenizer))
         else:
             loss = mdlm_loss(model, mdlm_batch(problems, tokenizer), tokenizer.mask_token_id, generator,
-                             prefix_prob=stage.get("prefix_prob", 0.0), group_prob=stage.get("group_prob", 0.0))
+                             prefix_prob=stage.get("prefix_prob", 0.0), group_prob=stage.get("group_prob", 0.0),
+                             result_prob=stage.get("result_prob", 0.0))
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

@@ -47,11 +47,12 @@ def _batch(n=16):
 
 
 def test_grouped_masking_masks_every_occurrence_of_a_value_together():
-    x0, key_mask, canvas_mask, groups = batch = _batch()
+    x0, key_mask, canvas_mask, groups, _ = batch = _batch()
     assert ((groups > 0) <= canvas_mask).all()  # groups only on the canvas
     t = torch.full((x0.shape[0], 1), 0.5)
     for seed in range(5):
-        masked = mdlm_mask(batch, t, torch.Generator().manual_seed(seed), group_prob=1.0)
+        masked, weight = mdlm_mask(batch, t, torch.Generator().manual_seed(seed), group_prob=1.0)
+        assert torch.equal(weight, masked / t)
         for row in range(x0.shape[0]):
             for g in groups[row].unique().tolist():
                 if g == 0:
@@ -63,9 +64,9 @@ def test_grouped_masking_masks_every_occurrence_of_a_value_together():
 
 
 def test_plain_masking_splits_values():
-    x0, _, _, groups = batch = _batch()
+    x0, _, _, groups, _ = batch = _batch()
     t = torch.full((x0.shape[0], 1), 0.5)
-    masked = mdlm_mask(batch, t, torch.Generator().manual_seed(0), group_prob=0.0)
+    masked, _ = mdlm_mask(batch, t, torch.Generator().manual_seed(0), group_prob=0.0)
     split = 0
     for row in range(x0.shape[0]):
         for g in groups[row].unique().tolist():
@@ -75,21 +76,57 @@ def test_plain_masking_splits_values():
 
 
 def test_masks_stay_on_the_canvas_and_respect_ratio():
-    x0, _, canvas_mask, _ = batch = _batch(32)
-    for group_prob, prefix_prob in [(0.0, 0.0), (1.0, 0.0), (0.5, 0.5)]:
-        assert not mdlm_mask(batch, torch.ones(32, 1), None, prefix_prob, group_prob)[~canvas_mask].any()
-    assert mdlm_mask(batch, torch.full((32, 1), 1.0), None, 0.0, 1.0)[canvas_mask].all()  # t = 1 masks all
-    assert not mdlm_mask(batch, torch.zeros(32, 1), None, 0.0, 1.0).any()  # t = 0 masks nothing
+    x0, _, canvas_mask, _, _ = batch = _batch(32)
+    for group_prob, prefix_prob, result_prob in [(0.0, 0.0, 0.0), (1.0, 0.0, 0.0), (0.5, 0.5, 0.5), (0, 0, 1.0)]:
+        masked, weight = mdlm_mask(batch, torch.full((32, 1), 0.5), None, prefix_prob, group_prob, result_prob)
+        assert not masked[~canvas_mask].any()
+        assert not weight[~masked].any() and (weight[masked] > 0).all()
+    assert mdlm_mask(batch, torch.full((32, 1), 1.0), None, 0.0, 1.0)[0][canvas_mask].all()  # t = 1 masks all
+    assert not mdlm_mask(batch, torch.zeros(32, 1), None, 0.0, 1.0)[0].any()  # t = 0 masks nothing
 
 
 def test_clean_prefix_masks_only_after_a_cut():
-    x0, _, canvas_mask, _ = batch = _batch(32)
-    masked = mdlm_mask(batch, torch.ones(32, 1), torch.Generator().manual_seed(0), prefix_prob=1.0)
+    x0, _, canvas_mask, _, _ = batch = _batch(32)
+    masked, _ = mdlm_mask(batch, torch.ones(32, 1), torch.Generator().manual_seed(0), prefix_prob=1.0)
     for row in range(32):
         cols = canvas_mask[row].nonzero().squeeze(1)
         row_mask = masked[row, cols]
         first = int(row_mask.float().argmax())
         assert row_mask[first:].all() and not row_mask[:first].any()  # t = 1: clean prefix, then all masked
+
+
+def test_result_ranks_mark_values_not_in_the_prompt():
+    tok = zoo.tokenizer()
+    problem = tasks.arith_problems("validation", 2)[1]  # Ruby: 23 - 12 = 11, 3 * 2 = 6, 11 + 6 = 17, 17 * 2 = 34
+    x0, _, canvas_mask, groups, rank = mdlm_batch([problem], tok)
+    digits = tok.convert_ids_to_tokens(x0[0].tolist())
+    value_rank = {}
+    i = int(canvas_mask[0].nonzero()[0])
+    while i < x0.shape[1]:
+        if groups[0, i] == 0:
+            i += 1
+            continue
+        end = i + 1
+        while end < x0.shape[1] and groups[0, end] == groups[0, i] and not digits[end].startswith("\u2581"):
+            end += 1
+        value = "".join(d.lstrip("\u2581") for d in digits[i:end])
+        assert len(set(rank[0, i:end].tolist())) == 1
+        value_rank.setdefault(value, int(rank[0, i]))
+        assert value_rank[value] == int(rank[0, i])  # one rank per value, at every occurrence
+        i = end
+    assert value_rank == {"23": 0, "12": 0, "3": 0, "2": 0, "11": 1, "6": 2, "17": 3, "34": 4}
+
+
+def test_results_mode_masks_every_result_from_a_rank_on():
+    x0, _, canvas_mask, groups, rank = batch = _batch(32)
+    masked, weight = mdlm_mask(batch, torch.zeros(32, 1), torch.Generator().manual_seed(0), result_prob=1.0)
+    assert (masked <= (rank > 0)).all()  # t = 0: only results are masked
+    assert (weight[masked] == 1).all()
+    for row in range(32):
+        ranks = rank[row][masked[row]]
+        if ranks.numel():
+            first = int(ranks.min())
+            assert torch.equal(masked[row], rank[row] >= first)  # every result from rank `first` on, everywhere
 
 
 def test_masked_logits_columns_match_full_forward():
