@@ -3,16 +3,27 @@
 For each churn epsilon and number of steps K, and for R, D, B (Table 1, Free drafter) and DDPM:
 - speed, as in the paper: one sample at a time, median wall seconds over >= 50 samples, the four
   methods interleaved sample by sample so that machine load hits them alike; speedup = DDPM / method;
-- block efficiency: K / rounds, averaged over samples;
+- block efficiency: K / rounds, averaged over the timed samples;
 - Frechet distance of a large batch (rows advance independently, one batched target call per
   round) to the 1797 real digits, on the project's classifier features; DDPM is run with several
   seeds to give its run-to-run spread.
+
+The grid is cut into units of work, one per (timing or FD, churn, K). Units run in parallel worker
+processes (one torch thread each) and each is written to SQLite when it finishes
+(specdiff.eval.store): a killed bench keeps its finished units and a rerun does only the rest.
+
+model_call: how the timed samples call the UNet. "eager" is the stock diffusers forward (what the
+diffusers adapter and most users run); "traced" is a TorchScript trace of it (same weights and
+maths, about 5x less fixed cost per call). The FD batches always use the trace: they are large
+batches, where the per-call cost does not matter and the samples are the same.
 """
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -22,67 +33,171 @@ METHODS = {  # Table 1
     "D": ("sample", "decomposition"),
     "B": ("block", "decomposition"),
 }
+ALL_METHODS = ("DDPM", *METHODS)
+DEFAULT_DB = Path("runs") / "continuous_bench.sqlite"
 
 
-def _time_one(fn) -> tuple[float, object]:
-    start = time.perf_counter()
-    out = fn()
-    return time.perf_counter() - start, out
+@dataclass(frozen=True)
+class Unit:
+    """One unit of work of the grid: kind "time" (per-sample speed) or "fd" (a large batch)."""
+
+    kind: str
+    churn: float
+    steps: int
+
+    @property
+    def key(self) -> str:
+        return f"{self.kind}/churn={self.churn}/K={self.steps}"
 
 
-def bench_config(target, draft_length: int, num_timing: int, fd_samples: int, ddpm_fd_seeds: int, seed: int, classifier, drafter="free") -> list[dict]:
-    """All rows for one (K, churn): speed on single samples, quality on a batch."""
-    from specdiff.continuous.metrics import digits_frechet_distance
-    from specdiff.continuous.sampler import SpeculativeSampler, ddpm_sample, initial_noise
+def _samplers(target, draft_length: int) -> dict:
+    from specdiff.continuous.sampler import SpeculativeSampler, ddpm_sample
 
-    samplers = {name: SpeculativeSampler(target, drafter, draft_length, *spec) for name, spec in METHODS.items()}
-    run = {"DDPM": lambda x, g: ddpm_sample(target, x, g)}
-    run.update({name: sampler.sample for name, sampler in samplers.items()})
+    runs = {"DDPM": lambda x, g: ddpm_sample(target, x, g)}
+    for name, (method, residual) in METHODS.items():
+        runs[name] = SpeculativeSampler(target, "free", draft_length, method, residual).sample
+    return runs
 
-    # warm-up (tracing, allocator)
+
+def time_methods(target, draft_length: int, num_timing: int, seed: int) -> dict:
+    """Per-sample wall seconds of DDPM, R, D, B on the same noise and seeds, interleaved sample by sample."""
+    from specdiff.continuous.sampler import initial_noise
+
+    runs = _samplers(target, draft_length)
     warm = initial_noise(1, target.dim, torch.Generator().manual_seed(seed))
-    for fn in run.values():
-        fn(warm, torch.Generator().manual_seed(seed))
-
-    seconds = {name: [] for name in run}
-    efficiency = {name: [] for name in run}
+    for run in runs.values():  # warm-up: tracing, allocator, first-call costs
+        run(warm, torch.Generator().manual_seed(seed))
+    seconds = {name: [] for name in runs}
+    efficiency = {name: [] for name in runs}
     for i in range(num_timing):
         noise = initial_noise(1, target.dim, torch.Generator().manual_seed(seed + 1000 + i))
-        for name, fn in run.items():
-            elapsed, (_, stats) = _time_one(lambda: fn(noise, torch.Generator().manual_seed(seed + 5000 + i)))
-            seconds[name].append(elapsed)
+        for name, run in runs.items():
+            start = time.perf_counter()
+            _, stats = run(noise, torch.Generator().manual_seed(seed + 5000 + i))
+            seconds[name].append(time.perf_counter() - start)
             efficiency[name].append(stats.block_efficiency)
+    return {
+        name: {"median_seconds": statistics.median(seconds[name]), "block_efficiency": statistics.fmean(efficiency[name]),
+               "seconds": seconds[name]}
+        for name in runs
+    }
 
+
+def frechet_methods(target, draft_length: int, num_samples: int, ddpm_seeds: int, seed: int, classifier) -> dict:
+    """Frechet distance of a batch of num_samples from each method; DDPM with ddpm_seeds seeds (its spread)."""
+    from specdiff.continuous.metrics import digits_frechet_distance
+    from specdiff.continuous.sampler import initial_noise
+
+    out = {}
+    for name, run in _samplers(target, draft_length).items():
+        fds, efficiency = [], []
+        for repeat in range(ddpm_seeds if name == "DDPM" else 1):
+            noise = initial_noise(num_samples, target.dim, torch.Generator().manual_seed(seed + 10_000 + repeat))
+            samples, stats = run(noise, torch.Generator().manual_seed(seed + 20_000 + repeat))
+            fds.append(digits_frechet_distance(samples, classifier))
+            efficiency.append(stats.block_efficiency)
+        out[name] = {"fd": fds[0], "fd_runs": fds, "block_efficiency_fd_batch": statistics.fmean(efficiency)}
+    return out
+
+
+def run_unit(unit: Unit, settings: dict) -> dict:
+    """Does one unit of work (in a worker process) and returns its JSON-able result."""
+    from specdiff.continuous.models import load_digits_target
+
+    torch.set_num_threads(settings["threads"])
+    start = time.perf_counter()
+    if unit.kind == "time":
+        target = load_digits_target(unit.steps, unit.churn, trace=settings["model_call"] == "traced",
+                                    path=settings["weights"])
+        result = time_methods(target, settings["draft_length"], settings["num_timing"], settings["seed"])
+    else:
+        from specdiff.continuous.metrics import load_classifier
+
+        target = load_digits_target(unit.steps, unit.churn, trace=True, path=settings["weights"])
+        result = frechet_methods(target, settings["draft_length"], settings["fd_samples"], settings["ddpm_fd_seeds"],
+                                 settings["seed"], load_classifier())
+    return {"methods": result, "unit_seconds": time.perf_counter() - start}
+
+
+def grid_units(steps, churns, fd_max_steps: int, fd_samples: int) -> list[Unit]:
+    """Every unit of the grid, the longest first (so that parallel workers finish together)."""
+    units = [Unit("time", churn, k) for churn in churns for k in steps]
+    if fd_samples > 0:
+        units += [Unit("fd", churn, k) for churn in churns for k in steps if k <= fd_max_steps]
+    return sorted(units, key=lambda u: (-u.steps, u.kind != "time", u.churn))
+
+
+def _execute(units: list[Unit], settings: dict, workers: int, on_done, progress: bool) -> None:
+    """Runs the units, in `workers` processes when > 1, and calls on_done(unit, result) as each finishes."""
+    from tqdm import tqdm
+
+    bar = tqdm(total=len(units), desc="bench units", disable=not progress)
+    if workers <= 1:
+        for unit in units:
+            on_done(unit, run_unit(unit, settings))
+            bar.update()
+    else:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        context = multiprocessing.get_context("spawn")  # a clean interpreter: no inherited torch threads
+        with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+            futures = {pool.submit(run_unit, unit, settings): unit for unit in units}
+            for future in as_completed(futures):
+                on_done(futures[future], future.result())
+                bar.update()
+    bar.close()
+
+
+def assemble_rows(results: dict, steps, churns) -> list[dict]:
+    """The `rows` of the JSON: one per (churn, K, method) with speedup, block efficiency and FD."""
     rows = []
-    timed = num_timing > 0  # num_timing = 0: quality only
-    ddpm_median = statistics.median(seconds["DDPM"]) if timed else None
-    for name in run:
-        median = statistics.median(seconds[name]) if timed else None
-        row = {
-            "method": name,
-            "steps": target.schedule.num_steps,
-            "churn": target.schedule.churn,
-            "speedup": ddpm_median / median if timed else None,
-            "block_efficiency": statistics.fmean(efficiency[name]) if timed else None,
-            "median_seconds": median,
-            "num_timing_samples": num_timing,
-            "fd": None,
-        }
-        if fd_samples > 0:
-            fds, batch_efficiency = [], []
-            for repeat in range(ddpm_fd_seeds if name == "DDPM" else 1):
-                noise = initial_noise(fd_samples, target.dim, torch.Generator().manual_seed(seed + 10_000 + repeat))
-                samples, stats = run[name](noise, torch.Generator().manual_seed(seed + 20_000 + repeat))
-                fds.append(digits_frechet_distance(samples, classifier))
-                batch_efficiency.append(stats.block_efficiency)
-            row["fd"] = fds[0]
-            row["fd_samples"] = fd_samples
-            row["block_efficiency_fd_batch"] = statistics.fmean(batch_efficiency)
-            if name == "DDPM" and len(fds) > 1:
-                row["fd_runs"] = fds
-                row["fd_spread"] = [min(fds), max(fds)]
-        rows.append(row)
+    for churn in churns:
+        for k in steps:
+            timing = results.get(Unit("time", churn, k).key, {}).get("methods")
+            quality = results.get(Unit("fd", churn, k).key, {}).get("methods")
+            for name in ALL_METHODS:
+                row = {"method": name, "steps": k, "churn": churn, "speedup": None, "block_efficiency": None, "fd": None}
+                if timing:
+                    row["speedup"] = timing["DDPM"]["median_seconds"] / timing[name]["median_seconds"]
+                    row["block_efficiency"] = timing[name]["block_efficiency"]
+                    row["median_seconds"] = timing[name]["median_seconds"]
+                    row["num_timing_samples"] = len(timing[name]["seconds"])
+                if quality:
+                    row["fd"] = quality[name]["fd"]
+                    row["block_efficiency_fd_batch"] = quality[name]["block_efficiency_fd_batch"]
+                    if name == "DDPM":
+                        row["fd_runs"] = quality[name]["fd_runs"]
+                        row["fd_spread"] = run_to_run_spread(quality[name]["fd_runs"])
+                rows.append(row)
     return rows
+
+
+def run_to_run_spread(values: list[float]) -> list[float]:
+    """[mean - 2 sd, mean + 2 sd] of DDPM's Frechet distances over its seeds. (The bare range of 3 runs
+    would hold a 4th run of the very same sampler only half of the time: 2 of 4 orderings.)"""
+    if len(values) < 2:
+        return [values[0], values[0]]
+    mean, sd = statistics.fmean(values), statistics.stdev(values)
+    return [mean - 2 * sd, mean + 2 * sd]
+
+
+def target_checks(rows: list[dict], steps: int = 250) -> dict:
+    """The issue's targets at K = 250, per churn: B's block efficiency over R's, B's speedup, FD in DDPM's spread."""
+    checks = {}
+    for churn in sorted({r["churn"] for r in rows}):
+        at = {r["method"]: r for r in rows if r["churn"] == churn and r["steps"] == steps}
+        if not at or at["B"]["speedup"] is None:
+            continue
+        entry = {"B_over_R_block_efficiency": at["B"]["block_efficiency"] / at["R"]["block_efficiency"],
+                 "B_speedup_over_DDPM": at["B"]["speedup"]}
+        spread = at["DDPM"].get("fd_spread")
+        if spread:
+            entry["fd_within_ddpm_spread"] = {m: spread[0] <= at[m]["fd"] <= spread[1] for m in METHODS}
+            entry["fd"] = {m: at[m]["fd"] for m in ALL_METHODS}
+            entry["ddpm_fd_spread"] = spread
+        checks[f"churn={churn}"] = entry
+    return checks
 
 
 def run_bench(
@@ -90,37 +205,60 @@ def run_bench(
     churns=(0.25, 0.5),
     draft_length: int = 7,
     num_timing: int = 50,
-    fd_samples: int = 500,
-    fd_max_steps: int = 1000,
+    fd_samples: int = 256,
+    fd_max_steps: int = 250,
     ddpm_fd_seeds: int = 3,
+    model_call: str = "eager",
+    workers: int | None = None,
     threads: int = 1,
     seed: int = 0,
     weights: str | None = None,
+    db: Path | str = DEFAULT_DB,
+    fresh: bool = False,
     progress: bool = True,
-    on_row=None,
+    on_unit=None,
 ) -> dict:
-    """The whole grid; returns {"rows": [...], "config": {...}, "wall_seconds": ...}."""
-    from tqdm import tqdm
+    """The whole grid; returns {"rows": [...], "targets_at_K250": {...}, "config": {...}, "wall_seconds": ...}."""
+    from specdiff.eval.store import ResultStore, settings_id
 
-    from specdiff.continuous.metrics import load_classifier
-    from specdiff.continuous.models import load_digits_target
+    if model_call not in ("eager", "traced"):
+        raise ValueError(f"run_bench: model_call must be 'eager' or 'traced', got {model_call!r}")
+    if num_timing < 1 or draft_length < 1:
+        raise ValueError("run_bench: num_timing and draft_length must be >= 1")
+    weights = str(Path(weights).resolve()) if weights else None
+    settings = dict(draft_length=draft_length, num_timing=num_timing, fd_samples=fd_samples,
+                    ddpm_fd_seeds=ddpm_fd_seeds, model_call=model_call, threads=threads, seed=seed,
+                    weights=weights, drafter="free")
+    sweep = "continuous-bench/" + settings_id(settings)
+    store = ResultStore(db)
+    if fresh:
+        store.forget(sweep)
+    units = grid_units(steps, churns, fd_max_steps, fd_samples)
+    done = store.done(sweep)
+    todo = [u for u in units if u.key not in done]
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    workers = workers or min(cores, max(1, len(todo)))
 
-    torch.set_num_threads(threads)
-    classifier = load_classifier()
+    def on_done(unit, result):
+        store.put(sweep, unit.key, result)
+        if on_unit:
+            on_unit(unit, result)
+
     start = time.perf_counter()
-    rows = []
-    grid = [(churn, k) for churn in churns for k in steps]
-    for churn, k in tqdm(grid, desc="bench", disable=not progress):
-        target = load_digits_target(k, churn, path=weights)
-        fd = fd_samples if k <= fd_max_steps else 0
-        new_rows = bench_config(target, draft_length, num_timing, fd, ddpm_fd_seeds, seed, classifier)
-        rows.extend(new_rows)
-        if on_row:
-            on_row(new_rows)
-    config = dict(steps=list(steps), churns=list(churns), draft_length=draft_length, drafter="free",
-                  num_timing=num_timing, fd_samples=fd_samples, fd_max_steps=fd_max_steps,
-                  ddpm_fd_seeds=ddpm_fd_seeds, threads=threads, seed=seed)
-    return {"rows": rows, "config": config, "wall_seconds": time.perf_counter() - start}
+    _execute(todo, settings, workers, on_done, progress)
+    results = store.load(sweep)
+    store.close()
+    rows = assemble_rows(results, steps, churns)
+    config = dict(settings, steps=list(steps), churns=list(churns), fd_max_steps=fd_max_steps, workers=workers,
+                  db=str(db), sweep=sweep)
+    return {
+        "rows": rows,
+        "targets_at_K250": target_checks(rows),
+        "config": config,
+        "units": {"total": len(units), "resumed": len(units) - len(todo), "run": len(todo)},
+        "wall_seconds": time.perf_counter() - start,
+        "unit_seconds": {key: value["unit_seconds"] for key, value in results.items()},
+    }
 
 
 def plot_speedup(result: dict, path: Path | str) -> None:
@@ -145,7 +283,8 @@ def plot_speedup(result: dict, path: Path | str) -> None:
     ax.minorticks_off()
     ax.set_xlabel("denoising steps K")
     ax.set_ylabel("wall-clock speedup over DDPM (per sample)")
-    ax.set_title("digits UNet2DModel, Free drafter, gamma = 7")
+    call = result.get("config", {}).get("model_call", "eager")
+    ax.set_title(f"digits UNet2DModel ({call}), Free drafter, gamma = 7")
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)

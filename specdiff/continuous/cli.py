@@ -41,17 +41,22 @@ def register(subparsers) -> None:
     p.set_defaults(handler=_eval)
 
     p = sub.add_parser("bench", help="Table 2 analog on the digits model: speedup, block efficiency, FD")
-    p.add_argument("--quick", action="store_true", help="K in {50, 100, 250}, smaller FD batches")
-    p.add_argument("--steps", type=int, nargs="+", default=None)
+    p.add_argument("--quick", action="store_true", help="K in {50, 100, 250} and FD batches of 128")
+    p.add_argument("--steps", type=int, nargs="+", default=None, help="K values (default 50 100 250 500 1000)")
     p.add_argument("--churns", type=float, nargs="+", default=[0.25, 0.5])
     p.add_argument("--gamma", type=int, default=7)
     p.add_argument("--num-timing", type=int, default=50, help="single samples timed per method (median)")
-    p.add_argument("--fd-samples", type=int, default=None, help="batch size for the Frechet distance")
-    p.add_argument("--fd-max-steps", type=int, default=None, help="compute FD only for K <= this")
+    p.add_argument("--fd-samples", type=int, default=None, help="batch size for the Frechet distance (default 256)")
+    p.add_argument("--fd-max-steps", type=int, default=250, help="compute FD only for K <= this")
     p.add_argument("--ddpm-fd-seeds", type=int, default=3, help="DDPM FD runs, for its spread")
-    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--model-call", choices=("eager", "traced"), default="eager",
+                   help="timed samples call the UNet eagerly (stock diffusers) or through a TorchScript trace")
+    p.add_argument("--workers", type=int, default=None, help="worker processes (default: one per core)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads per worker")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--weights", help="digits UNet directory (default: shipped)")
+    p.add_argument("--db", default=None, help="SQLite file of finished units (default runs/continuous_bench.sqlite)")
+    p.add_argument("--fresh", action="store_true", help="forget this configuration's finished units first")
     p.add_argument("--out-json", help="also write the JSON here")
     p.add_argument("--plot", help="write the speedup-vs-steps PNG here")
     p.add_argument("--json", action="store_true", help="print JSON")
@@ -159,27 +164,30 @@ def _eval(args) -> int:
 
 
 def _bench(args) -> int:
-    from specdiff.continuous.bench import plot_speedup, run_bench, write_json
+    from specdiff.continuous.bench import DEFAULT_DB, plot_speedup, run_bench, write_json
 
     steps = args.steps or ([50, 100, 250] if args.quick else [50, 100, 250, 500, 1000])
-    fd_samples = args.fd_samples if args.fd_samples is not None else (300 if args.quick else 500)
-    fd_max_steps = args.fd_max_steps if args.fd_max_steps is not None else max(steps)
+    fd_samples = args.fd_samples if args.fd_samples is not None else (128 if args.quick else 256)
 
-    def report(rows):
+    def report(unit, result):
         if not args.json:
-            for r in rows:
-                print(json.dumps(r), file=sys.stderr, flush=True)
+            print(f"{unit.key}: {result['unit_seconds']:.0f} s", file=sys.stderr, flush=True)
 
     result = run_bench(
         steps=steps, churns=args.churns, draft_length=args.gamma, num_timing=args.num_timing,
-        fd_samples=fd_samples, fd_max_steps=fd_max_steps, ddpm_fd_seeds=args.ddpm_fd_seeds,
-        threads=args.threads, seed=args.seed, weights=args.weights, on_row=report,
+        fd_samples=fd_samples, fd_max_steps=args.fd_max_steps, ddpm_fd_seeds=args.ddpm_fd_seeds,
+        model_call=args.model_call, workers=args.workers, threads=args.threads, seed=args.seed,
+        weights=args.weights, db=args.db or DEFAULT_DB, fresh=args.fresh, progress=not args.json, on_unit=report,
     )
     if args.out_json:
         write_json(result, args.out_json)
     if args.plot:
         plot_speedup(result, args.plot)
-    print(json.dumps(result, indent=1) if args.json else json.dumps({"wall_seconds": result["wall_seconds"], "rows": len(result["rows"])}))
+    if args.json:
+        print(json.dumps(result, indent=1))
+    else:
+        print(json.dumps({"wall_seconds": result["wall_seconds"], "units": result["units"],
+                          "targets_at_K250": result["targets_at_K250"]}, indent=1))
     return 0
 
 

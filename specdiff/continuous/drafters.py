@@ -25,21 +25,25 @@ def draft_with_frozen_score(
     draft_noise: torch.Tensor,  # [b, g, d] z_1..z_g (zero past num_drafted)
 ) -> tuple[torch.Tensor, torch.Tensor]:  # draft_means [b, g, d], draft_states [b, g, d]
     """Eq. 10: m^p_{k+i}(y) is the target's step from y with the score frozen at s^q(y_k):
-    m^p_{k+i}(y) = A_{k+i} y + B_{k+i} s^q(y_k), A and B from schedules.Schedule."""
-    last_step = schedule.num_steps - 1
-    step = (steps.unsqueeze(-1) + torch.arange(draft_noise.shape[1])).clamp(max=last_step)  # [b, g]
+    m^p_{k+i}(y) = A_{k+i} y + B_{k+i} s^q(y_k), A and B from schedules.Schedule.
+
+    The recursion y_i = A_i y_{i-1} + B_i s + sigma_i z_i is linear with scalar coefficients, so all
+    g states come at once: y_i = P_i y_0 + sum_{j <= i} (P_i / P_j) (B_j s + sigma_j z_j), P_i = A_1..A_i.
+    The means are then taken from the states, m_i = A_i y_{i-1} + B_i s, and the states rebuilt as
+    m_i + sigma_i z_i, so that (m, z, y) agree to the last bit as the verifier assumes."""
+    g = draft_noise.shape[1]
+    step = (steps.unsqueeze(-1) + torch.arange(g)).clamp(max=schedule.num_steps - 1)  # [b, g]
     dtype = states.dtype
-    state_coef = schedule.state_coef[step].to(dtype).unsqueeze(-1)  # [b, g, 1]
-    score_coef = schedule.score_coef[step].to(dtype).unsqueeze(-1)
-    noise_scale = schedule.step_std[step].to(dtype).unsqueeze(-1)
-    draft_means, draft_states = [], []
-    current = states
-    for i in range(draft_noise.shape[1]):
-        mean = state_coef[:, i] * current + score_coef[:, i] * frozen_score
-        current = mean + noise_scale[:, i] * draft_noise[:, i]
-        draft_means.append(mean)
-        draft_states.append(current)
-    return torch.stack(draft_means, 1), torch.stack(draft_states, 1)
+    state_coef = schedule.state_coef[step].to(dtype)  # [b, g] A_i
+    score_coef = schedule.score_coef[step].to(dtype).unsqueeze(-1)  # [b, g, 1] B_i
+    noise_scale = schedule.step_std[step].to(dtype).unsqueeze(-1)  # [b, g, 1] sigma_i
+    log_products = torch.log(state_coef).cumsum(-1)  # [b, g] log P_i (A_i > 0)
+    transfer = torch.exp(log_products.unsqueeze(-1) - log_products.unsqueeze(-2)).tril()  # [b, g, g] P_i / P_j
+    kicks = score_coef * frozen_score.unsqueeze(1) + noise_scale * draft_noise  # [b, g, d]
+    approx_states = torch.exp(log_products).unsqueeze(-1) * states.unsqueeze(1) + transfer @ kicks  # [b, g, d]
+    previous = torch.cat([states.unsqueeze(1), approx_states[:, :-1]], dim=1)  # [b, g, d] y_{i-1}
+    draft_means = state_coef.unsqueeze(-1) * previous + score_coef * frozen_score.unsqueeze(1)
+    return draft_means, draft_means + noise_scale * draft_noise
 
 
 def draft_with_model(

@@ -21,7 +21,7 @@ def frechet_distance(features_a: np.ndarray, features_b: np.ndarray) -> float:
     mu_a, mu_b = features_a.mean(0), features_b.mean(0)
     cov_a = np.cov(features_a, rowvar=False)
     cov_b = np.cov(features_b, rowvar=False)
-    sqrt_product, _ = linalg.sqrtm(cov_a @ cov_b, disp=False)
+    sqrt_product = linalg.sqrtm(cov_a @ cov_b)
     sqrt_product = np.real(sqrt_product)
     return float(((mu_a - mu_b) ** 2).sum() + np.trace(cov_a + cov_b - 2 * sqrt_product))
 

@@ -57,7 +57,7 @@ def ddpm_sample(
     generator: torch.Generator | None = None,
 ) -> tuple[torch.Tensor, SampleStats]:  # samples [n, d]
     """The reference: y_{k+1} = m_k(y_k) + sigma_k z_k for k = 0..K-1, one target call per step."""
-    schedule = target.schedule
+    schedule = cast_schedule(target.schedule, initial.dtype)  # coefficients gathered without casts
     start = time.perf_counter()
     state = initial
     for k in range(schedule.num_steps):
@@ -217,7 +217,8 @@ def cast_schedule(schedule, dtype: torch.dtype):
     """A copy of the schedule whose coefficients (computed in float64) are stored in `dtype`, so that
     the many small gathers of a sampling loop need no cast. model_time is left for the denoiser."""
     cast = copy.copy(schedule)
-    for name in ("signal", "noise", "step_std", "noise_coef", "state_coef", "score_coef"):
+    for name in ("signal", "noise", "step_std", "noise_coef", "state_coef", "score_coef", "mean_state_coef",
+                 "mean_denoised_coef"):
         setattr(cast, name, getattr(schedule, name).to(dtype))
     return cast
 

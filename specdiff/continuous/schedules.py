@@ -41,6 +41,9 @@ class Schedule:
         # with eps_hat = -s_t score:  m_k(y) = (a_s / a_t) y + (a_s s_t^2 / a_t - noise_coef s_t) score
         self.state_coef = a_s / a_t  # [K]
         self.score_coef = a_s * s_t**2 / a_t - self.noise_coef * s_t  # [K]
+        # with x0_hat:  m_k(y) = mean_state_coef y + mean_denoised_coef x0_hat  (transition_mean)
+        self.mean_state_coef = self.noise_coef / s_t  # [K]
+        self.mean_denoised_coef = a_s - self.noise_coef * a_t / s_t  # [K]
 
     @property
     def num_steps(self) -> int:
@@ -72,14 +75,12 @@ def transition_mean(
     steps: torch.Tensor,  # [n] long, k
     denoised: torch.Tensor,  # [n, d] x0_hat(y, k)
 ) -> torch.Tensor:  # [n, d] m_k(y)
-    """m_k(y) = a_{k+1} x0_hat + sqrt(s_{k+1}^2 - sigma_k^2) (y - a_k x0_hat) / s_k."""
+    """m_k(y) = a_{k+1} x0_hat + sqrt(s_{k+1}^2 - sigma_k^2) (y - a_k x0_hat) / s_k,
+    gathered as two per-step coefficients: (noise_coef / s_k) y + (a_{k+1} - noise_coef a_k / s_k) x0_hat."""
     dtype = states.dtype
-    a_t = schedule.signal[steps].to(dtype).unsqueeze(-1)
-    s_t = schedule.noise[steps].to(dtype).unsqueeze(-1)
-    a_s = schedule.signal[steps + 1].to(dtype).unsqueeze(-1)
-    noise_coef = schedule.noise_coef[steps].to(dtype).unsqueeze(-1)
-    eps_hat = (states - a_t * denoised) / s_t
-    return a_s * denoised + noise_coef * eps_hat
+    state_coef = schedule.mean_state_coef[steps].to(dtype).unsqueeze(-1)
+    denoised_coef = schedule.mean_denoised_coef[steps].to(dtype).unsqueeze(-1)
+    return state_coef * states + denoised_coef * denoised
 
 
 def score_from_denoised(schedule: Schedule, states, steps, denoised):

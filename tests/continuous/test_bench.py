@@ -1,0 +1,86 @@
+"""The continuous bench's bookkeeping: SQLite results survive a kill, a rerun resumes, no unit is
+written twice, and the JSON rows carry what the issue asks for. (Speed itself is never asserted.)"""
+import sqlite3
+
+import pytest
+
+from specdiff.continuous.bench import ALL_METHODS, Unit, grid_units, run_bench, run_to_run_spread, target_checks
+from specdiff.eval.store import ResultStore, settings_id
+
+TINY = dict(steps=(4, 6), churns=(0.5,), num_timing=2, fd_samples=24, fd_max_steps=4, ddpm_fd_seeds=2,
+            draft_length=3, workers=1, progress=False)
+
+
+def test_store_writes_each_unit_once(tmp_path):
+    store = ResultStore(tmp_path / "r.sqlite")
+    assert store.put("sweep", "a", {"x": 1}) is True
+    assert store.put("sweep", "a", {"x": 2}) is False  # the first write stands
+    assert store.put("other", "a", {"x": 3}) is True
+    assert store.done("sweep") == {"a"} and store.load("sweep") == {"a": {"x": 1}}
+    assert store.forget("sweep") == 1 and store.done("sweep") == set()
+    assert settings_id({"b": 1, "a": 2}) == settings_id({"a": 2, "b": 1}) != settings_id({"a": 2, "b": 2})
+
+
+def test_grid_runs_the_longest_units_first():
+    units = grid_units([50, 1000, 250], [0.25, 0.5], fd_max_steps=250, fd_samples=10)
+    assert [u.steps for u in units][:2] == [1000, 1000]
+    assert {u.key for u in units if u.kind == "fd"} == {Unit("fd", c, k).key for c in (0.25, 0.5) for k in (50, 250)}
+
+
+class Killed(RuntimeError):
+    pass
+
+
+def test_killed_bench_keeps_finished_units_and_resumes_without_duplicates(tmp_path):
+    db = tmp_path / "bench.sqlite"
+    finished = []
+
+    def die_after_first(unit, result):
+        finished.append(unit.key)
+        raise Killed  # as if the process were killed right after the first unit was written
+
+    with pytest.raises(Killed):
+        run_bench(db=db, on_unit=die_after_first, **TINY)
+    assert len(finished) == 1
+
+    result = run_bench(db=db, **TINY)
+    assert result["units"] == {"total": 3, "resumed": 1, "run": 2}
+    again = run_bench(db=db, **TINY)
+    assert again["units"] == {"total": 3, "resumed": 3, "run": 0}
+    assert again["rows"] == result["rows"]
+    (count,) = sqlite3.connect(db).execute("SELECT COUNT(*) FROM results").fetchone()
+    assert count == 3
+
+    rows = result["rows"]
+    assert [(r["steps"], r["method"]) for r in rows] == [(k, m) for k in (4, 6) for m in ALL_METHODS]
+    for row in rows:
+        assert row["num_timing_samples"] == 2 and row["speedup"] > 0 and 1.0 <= row["block_efficiency"] <= 4.0
+        assert (row["fd"] is not None) == (row["steps"] == 4)  # FD only for K <= fd_max_steps
+    ddpm = next(r for r in rows if r["method"] == "DDPM" and r["steps"] == 4)
+    assert ddpm["speedup"] == 1.0 and len(ddpm["fd_runs"]) == 2 and ddpm["fd_spread"][0] < min(ddpm["fd_runs"]) <= max(ddpm["fd_runs"]) < ddpm["fd_spread"][1]
+
+
+def test_changed_settings_are_a_new_sweep(tmp_path):
+    db = tmp_path / "bench.sqlite"
+    run_bench(db=db, **{**TINY, "steps": (4,), "fd_samples": 0})
+    other = run_bench(db=db, **{**TINY, "steps": (4,), "fd_samples": 0, "num_timing": 1})
+    assert other["units"]["resumed"] == 0
+
+
+def test_spread_is_two_standard_deviations_around_the_mean():
+    assert run_to_run_spread([4.0, 6.0, 5.0]) == pytest.approx([3.0, 7.0])
+    assert run_to_run_spread([5.0]) == [5.0, 5.0]
+
+
+def test_target_checks_read_k250_rows():
+    rows = [dict(method=m, steps=250, churn=0.5, speedup=s, block_efficiency=e, fd=f)
+            for m, s, e, f in (("DDPM", 1.0, 1.0, 5.0), ("R", 1.2, 4.0, 6.0), ("D", 1.1, 4.1, 9.0), ("B", 1.6, 4.4, 5.5))]
+    rows[0]["fd_spread"] = [4.0, 7.0]
+    check = target_checks(rows)["churn=0.5"]
+    assert check["B_over_R_block_efficiency"] == pytest.approx(1.1) and check["B_speedup_over_DDPM"] == 1.6
+    assert check["fd_within_ddpm_spread"] == {"R": True, "D": False, "B": True}
+
+
+def test_bad_bench_settings_are_clear_errors(tmp_path):
+    with pytest.raises(ValueError, match="model_call"):
+        run_bench(db=tmp_path / "x.sqlite", model_call="compiled", **TINY)
