@@ -12,7 +12,7 @@ import torch
 from scipy import special, stats
 
 from specdiff.continuous import LossyTemperatureWarning, acceptance_probability, gaussian_verify
-from specdiff.continuous.gaussian import decomposition_residual, sample_psi
+from specdiff.continuous.gaussian import SCALAR_ROWS, _solve_psi_scalar, _solve_psi_vector, decomposition_residual, sample_psi
 
 P_MIN = 1e-3
 
@@ -34,6 +34,26 @@ def test_psi_sampler_matches_its_cdf(alpha, delta_norm):
     u = sample_psi(torch.full((n,), math.log(alpha)), torch.full((n,), delta_norm), generator).numpy()
     assert u.max() <= math.log(alpha) / delta_norm + delta_norm / 2 + 1e-9
     assert stats.kstest(u, lambda x: psi_cdf(x, alpha, delta_norm)).pvalue > P_MIN
+
+
+@pytest.mark.parametrize("alpha,delta_norm", [(1.0, 0.05), (0.3, 1.0), (1e-6, 0.1)])
+def test_psi_sampler_row_by_row_matches_its_cdf(alpha, delta_norm):
+    """The scalar path (<= SCALAR_ROWS rows per call, the one-sample-at-a-time case): 500 calls of 8 rows."""
+    generator = torch.Generator().manual_seed(2)
+    rows = torch.full((SCALAR_ROWS,), math.log(alpha)), torch.full((SCALAR_ROWS,), delta_norm)
+    u = torch.cat([sample_psi(*rows, generator) for _ in range(500)]).numpy()
+    assert stats.kstest(u, lambda x: psi_cdf(x, alpha, delta_norm)).pvalue > P_MIN
+
+
+def test_scalar_and_vector_psi_solves_find_the_same_root():
+    rng = np.random.default_rng(0)
+    delta_norm = np.exp(rng.uniform(-6, 3, 400))
+    log_alpha = np.where(rng.random(400) < 0.2, 0.0, -np.exp(rng.uniform(-8, 2, 400)))
+    log_uniform = np.log(1 - rng.random(400))
+    with np.errstate(all="ignore"):
+        vector = _solve_psi_vector(log_alpha, delta_norm, log_uniform, 60, 1e-11, 64)
+    scalar = [_solve_psi_scalar(a, d, v, 60, 1e-11, 64) for a, d, v in zip(log_alpha, delta_norm, log_uniform)]
+    assert np.allclose(scalar, vector, rtol=1e-9, atol=1e-9)
 
 
 def _orthonormal_frame(e: torch.Tensor, count: int, seed: int) -> torch.Tensor:  # [d] -> [count, d]
