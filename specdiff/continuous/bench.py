@@ -9,8 +9,9 @@ For each churn epsilon and number of steps K, and for R, D, B (Table 1, Free dra
   seeds to give its run-to-run spread.
 
 The grid is cut into units of work, one per (timing or FD, churn, K). Units run in parallel worker
-processes (one torch thread each) and each is written to SQLite when it finishes
-(specdiff.eval.store): a killed bench keeps its finished units and a rerun does only the rest.
+processes (one torch thread each), or as Ray tasks (`executor="ray"`), and each is written to SQLite
+when it finishes (specdiff.eval.store): a killed bench keeps its finished units and a rerun does only
+the rest.
 
 model_call: how the timed samples call the UNet. "eager" is the stock diffusers forward (what the
 diffusers adapter and most users run); "traced" is a TorchScript trace of it (same weights and
@@ -127,12 +128,16 @@ def grid_units(steps, churns, fd_max_steps: int, fd_samples: int) -> list[Unit]:
     return sorted(units, key=lambda u: (-u.steps, u.kind != "time", u.churn))
 
 
-def _execute(units: list[Unit], settings: dict, workers: int, on_done, progress: bool) -> None:
-    """Runs the units, in `workers` processes when > 1, and calls on_done(unit, result) as each finishes."""
+def _execute(units: list[Unit], settings: dict, workers: int, on_done, progress: bool, executor: str = "process") -> None:
+    """Runs the units and calls on_done(unit, result) in this process as each finishes (so that only
+    this process writes the store). executor: "process" (a local pool of `workers` processes; inline
+    when workers is 1) or "ray" (Ray tasks of one CPU each, on a local or an existing cluster)."""
     from tqdm import tqdm
 
     bar = tqdm(total=len(units), desc="bench units", disable=not progress)
-    if workers <= 1:
+    if executor == "ray":
+        _execute_ray(units, settings, workers, on_done, bar)
+    elif workers <= 1:
         for unit in units:
             on_done(unit, run_unit(unit, settings))
             bar.update()
@@ -147,6 +152,27 @@ def _execute(units: list[Unit], settings: dict, workers: int, on_done, progress:
                 on_done(futures[future], future.result())
                 bar.update()
     bar.close()
+
+
+def _execute_ray(units: list[Unit], settings: dict, workers: int, on_done, bar) -> None:
+    try:
+        import ray
+    except ImportError:
+        raise ValueError("bench: executor 'ray' needs Ray; pip install 'specdiff[sweep]'") from None
+    started_here = not ray.is_initialized()
+    if started_here:  # a local cluster of `workers` CPUs; RAY_ADDRESS in the environment joins an existing one
+        ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
+    try:
+        remote = ray.remote(num_cpus=settings["threads"])(run_unit)
+        pending = {remote.remote(unit, settings): unit for unit in units}
+        while pending:
+            finished, _ = ray.wait(list(pending), num_returns=1)
+            for ref in finished:
+                on_done(pending.pop(ref), ray.get(ref))
+                bar.update()
+    finally:
+        if started_here:
+            ray.shutdown()
 
 
 def assemble_rows(results: dict, steps, churns) -> list[dict]:
@@ -215,6 +241,7 @@ def run_bench(
     weights: str | None = None,
     db: Path | str = DEFAULT_DB,
     fresh: bool = False,
+    executor: str = "process",
     progress: bool = True,
     on_unit=None,
 ) -> dict:
@@ -223,6 +250,8 @@ def run_bench(
 
     if model_call not in ("eager", "traced"):
         raise ValueError(f"run_bench: model_call must be 'eager' or 'traced', got {model_call!r}")
+    if executor not in ("process", "ray"):
+        raise ValueError(f"run_bench: executor must be 'process' or 'ray', got {executor!r}")
     if num_timing < 1 or draft_length < 1:
         raise ValueError("run_bench: num_timing and draft_length must be >= 1")
     weights = str(Path(weights).resolve()) if weights else None
@@ -245,12 +274,12 @@ def run_bench(
             on_unit(unit, result)
 
     start = time.perf_counter()
-    _execute(todo, settings, workers, on_done, progress)
+    _execute(todo, settings, workers, on_done, progress, executor)
     results = store.load(sweep)
     store.close()
     rows = assemble_rows(results, steps, churns)
     config = dict(settings, steps=list(steps), churns=list(churns), fd_max_steps=fd_max_steps, workers=workers,
-                  db=str(db), sweep=sweep)
+                  executor=executor, db=str(db), sweep=sweep)
     return {
         "rows": rows,
         "targets_at_K250": target_checks(rows),
@@ -288,6 +317,19 @@ def plot_speedup(result: dict, path: Path | str) -> None:
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
+
+
+def markdown_table(result: dict) -> str:
+    """The rows as a markdown table (for docs), speedups and block efficiencies to 2 decimals."""
+    lines = ["| churn | K | method | speedup | block efficiency | median s / sample | FD |", "| --- " * 7 + "|"]
+    fmt = lambda value, digits=2: "" if value is None else f"{value:.{digits}f}"  # noqa: E731
+    for row in result["rows"]:
+        fd = fmt(row["fd"])
+        if row.get("fd_runs"):
+            fd += " (runs " + ", ".join(fmt(v) for v in row["fd_runs"]) + ")"
+        lines.append(f"| {row['churn']} | {row['steps']} | {row['method']} | {fmt(row['speedup'])} | "
+                     f"{fmt(row['block_efficiency'])} | {fmt(row.get('median_seconds'), 3)} | {fd} |")
+    return "\n".join(lines) + "\n"
 
 
 def write_json(result: dict, path: Path | str) -> None:

@@ -52,6 +52,8 @@ def register(subparsers) -> None:
     p.add_argument("--model-call", choices=("eager", "traced"), default="eager",
                    help="timed samples call the UNet eagerly (stock diffusers) or through a TorchScript trace")
     p.add_argument("--workers", type=int, default=None, help="worker processes (default: one per core)")
+    p.add_argument("--executor", choices=("process", "ray"), default="process",
+                   help="run units in local processes or as Ray tasks (pip install 'specdiff[sweep]')")
     p.add_argument("--threads", type=int, default=1, help="torch threads per worker")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--weights", help="digits UNet directory (default: shipped)")
@@ -59,6 +61,7 @@ def register(subparsers) -> None:
     p.add_argument("--fresh", action="store_true", help="forget this configuration's finished units first")
     p.add_argument("--out-json", help="also write the JSON here")
     p.add_argument("--plot", help="write the speedup-vs-steps PNG here")
+    p.add_argument("--markdown", help="write the rows as a markdown table here")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(handler=_bench)
 
@@ -164,7 +167,9 @@ def _eval(args) -> int:
 
 
 def _bench(args) -> int:
-    from specdiff.continuous.bench import DEFAULT_DB, plot_speedup, run_bench, write_json
+    from pathlib import Path
+
+    from specdiff.continuous.bench import DEFAULT_DB, markdown_table, plot_speedup, run_bench, write_json
 
     steps = args.steps or ([50, 100, 250] if args.quick else [50, 100, 250, 500, 1000])
     fd_samples = args.fd_samples if args.fd_samples is not None else (128 if args.quick else 256)
@@ -177,12 +182,15 @@ def _bench(args) -> int:
         steps=steps, churns=args.churns, draft_length=args.gamma, num_timing=args.num_timing,
         fd_samples=fd_samples, fd_max_steps=args.fd_max_steps, ddpm_fd_seeds=args.ddpm_fd_seeds,
         model_call=args.model_call, workers=args.workers, threads=args.threads, seed=args.seed,
-        weights=args.weights, db=args.db or DEFAULT_DB, fresh=args.fresh, progress=not args.json, on_unit=report,
+        weights=args.weights, db=args.db or DEFAULT_DB, fresh=args.fresh, executor=args.executor,
+        progress=not args.json, on_unit=report,
     )
     if args.out_json:
         write_json(result, args.out_json)
     if args.plot:
         plot_speedup(result, args.plot)
+    if args.markdown:
+        Path(args.markdown).write_text(markdown_table(result))
     if args.json:
         print(json.dumps(result, indent=1))
     else:

@@ -4,7 +4,7 @@ import sqlite3
 
 import pytest
 
-from specdiff.continuous.bench import ALL_METHODS, Unit, grid_units, run_bench, run_to_run_spread, target_checks
+from specdiff.continuous.bench import ALL_METHODS, Unit, grid_units, markdown_table, run_bench, run_to_run_spread, target_checks
 from specdiff.eval.store import ResultStore, settings_id
 
 TINY = dict(steps=(4, 6), churns=(0.5,), num_timing=2, fd_samples=24, fd_max_steps=4, ddpm_fd_seeds=2,
@@ -51,6 +51,8 @@ def test_killed_bench_keeps_finished_units_and_resumes_without_duplicates(tmp_pa
     (count,) = sqlite3.connect(db).execute("SELECT COUNT(*) FROM results").fetchone()
     assert count == 3
 
+    table = markdown_table(result)
+    assert table.count("\n") == 2 + len(result["rows"]) and "| 0.5 | 4 | B |" in table
     rows = result["rows"]
     assert [(r["steps"], r["method"]) for r in rows] == [(k, m) for k in (4, 6) for m in ALL_METHODS]
     for row in rows:
@@ -84,3 +86,14 @@ def test_target_checks_read_k250_rows():
 def test_bad_bench_settings_are_clear_errors(tmp_path):
     with pytest.raises(ValueError, match="model_call"):
         run_bench(db=tmp_path / "x.sqlite", model_call="compiled", **TINY)
+    with pytest.raises(ValueError, match="executor"):
+        run_bench(db=tmp_path / "x.sqlite", executor="dask", **TINY)
+
+
+def test_ray_executor_runs_units_and_writes_them_once(tmp_path):
+    pytest.importorskip("ray", reason="Ray is the optional 'sweep' extra")
+    settings = {**TINY, "steps": (4,), "fd_samples": 0, "workers": 2}
+    result = run_bench(db=tmp_path / "ray.sqlite", executor="ray", **settings)
+    assert result["units"] == {"total": 1, "resumed": 0, "run": 1} and result["config"]["executor"] == "ray"
+    assert {r["method"] for r in result["rows"]} == set(ALL_METHODS) and all(r["speedup"] > 0 for r in result["rows"])
+    assert run_bench(db=tmp_path / "ray.sqlite", executor="ray", **settings)["units"]["resumed"] == 1
