@@ -136,7 +136,8 @@ def ar_loss(model, batch) -> torch.Tensor:
 
 
 def mdlm_mask(batch, t: torch.Tensor, generator: torch.Generator | None = None, prefix_prob: float = 0.0,
-              group_prob: float = 0.0, result_prob: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+              group_prob: float = 0.0, result_prob: float = 0.0,
+              prefix_masking: str = "all") -> tuple[torch.Tensor, torch.Tensor]:
     """Which canvas tokens an MDLM training sequence masks, at ratio t [b, 1] per sequence, and the loss
     weight of each masked token. Returns masked [b, L] bool and weight [b, L] (0 where not masked).
 
@@ -149,8 +150,12 @@ def mdlm_mask(batch, t: torch.Tensor, generator: torch.Generator | None = None, 
     - results (a `result_prob` share, on top): every result value (one that does not occur in the
       prompt) from a random rank k on is masked too, everywhere, with weight 1: the state in which
       entropy-order decoding computes result k (the text around it is written, later results not yet);
-    - clean prefix (a `prefix_prob` share, independent of the others): a random prefix of the canvas
-      stays clean and only tokens after the cut can be masked, the drafting situation."""
+    - clean prefix (a `prefix_prob` share): a random prefix of the canvas stays clean, and after the
+      cut `prefix_masking="all"` masks every token (weight 1) — the drafting situation (prompt +
+      accepted prefix + masked block), where nothing to the right can be copied — while "ratio" keeps
+      the masks drawn above after the cut (the recipe of the shipped masked drafter)."""
+    if prefix_masking not in ("all", "ratio"):
+        raise ValueError(f"prefix_masking must be 'all' or 'ratio', not {prefix_masking!r}")
     x0, key_mask, canvas_mask, groups, result_rank = batch
     b, length = x0.shape
     draw = torch.rand(b, length, generator=generator)  # [b, L]
@@ -172,14 +177,19 @@ def mdlm_mask(batch, t: torch.Tensor, generator: torch.Generator | None = None, 
         canvas_length = canvas_mask.sum(dim=1, keepdim=True)  # [b, 1]
         cut = canvas_start + (torch.rand(b, 1, generator=generator) * canvas_length).long()  # [b, 1]
         use_prefix = torch.rand(b, 1, generator=generator) < prefix_prob  # [b, 1]
-        clean_prefix = use_prefix & (torch.arange(length)[None, :] < cut)  # [b, L]
-        masked &= ~clean_prefix
-        weight = weight * masked
+        after_cut = canvas_mask & (torch.arange(length)[None, :] >= cut)  # [b, L]
+        if prefix_masking == "all":
+            masked = torch.where(use_prefix, after_cut, masked)
+            weight = torch.where(use_prefix, after_cut.float(), weight)
+        else:
+            masked = masked & (after_cut | ~use_prefix)
+            weight = weight * masked
     return masked, weight
 
 
 def mdlm_loss(model, batch, mask_token_id: int, generator: torch.Generator | None = None,
-              prefix_prob: float = 0.0, group_prob: float = 0.0, result_prob: float = 0.0) -> torch.Tensor:
+              prefix_prob: float = 0.0, group_prob: float = 0.0, result_prob: float = 0.0,
+              prefix_masking: str = "all") -> torch.Tensor:
     """MDLM loss (weighted masked cross-entropy, weight 1/t for ratio-t masks) with Dream's shifted
     logits; masking by `mdlm_mask` (plain, grouped by number value, results, clean prefix)."""
     x0, key_mask, canvas_mask = batch[:3]
@@ -188,7 +198,7 @@ def mdlm_loss(model, batch, mask_token_id: int, generator: torch.Generator | Non
     u = (torch.rand(1, generator=generator) + torch.arange(b) / b) % 1.0  # [b]
     t = (MASK_EPS + (1 - MASK_EPS) * u)[:, None]  # [b, 1]
     masked, weight = mdlm_mask(batch, t, generator, prefix_prob=prefix_prob, group_prob=group_prob,
-                               result_prob=result_prob)
+                               result_prob=result_prob, prefix_masking=prefix_masking)
     xt = torch.where(masked, torch.full_like(x0, mask_token_id), x0)
     position_ids = torch.arange(length)[None, :].expand(b, length)
     logits = model(input_ids=xt, attention_mask=bidirectional_mask(key_mask), position_ids=position_ids).logits
@@ -296,7 +306,8 @@ def train(name: str, run_dir: str | Path | None = None, out_dir: str | Path | No
         else:
             loss = mdlm_loss(model, mdlm_batch(problems, tokenizer), tokenizer.mask_token_id, generator,
                              prefix_prob=stage.get("prefix_prob", 0.0), group_prob=stage.get("group_prob", 0.0),
-                             result_prob=stage.get("result_prob", 0.0))
+                             result_prob=stage.get("result_prob", 0.0),
+                             prefix_masking=stage.get("prefix_masking", "all"))
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

@@ -87,12 +87,14 @@ def test_masks_stay_on_the_canvas_and_respect_ratio():
 
 def test_clean_prefix_masks_only_after_a_cut():
     x0, _, canvas_mask, _, _ = batch = _batch(32)
-    masked, _ = mdlm_mask(batch, torch.ones(32, 1), torch.Generator().manual_seed(0), prefix_prob=1.0)
+    masked, weight = mdlm_mask(batch, torch.full((32, 1), 0.01), torch.Generator().manual_seed(0), prefix_prob=1.0,
+                               group_prob=1.0)
+    assert torch.equal(weight, masked.float())
     for row in range(32):
         cols = canvas_mask[row].nonzero().squeeze(1)
         row_mask = masked[row, cols]
         first = int(row_mask.float().argmax())
-        assert row_mask[first:].all() and not row_mask[:first].any()  # t = 1: clean prefix, then all masked
+        assert row_mask[first:].all() and not row_mask[:first].any()  # any t: clean prefix, then all masked
 
 
 def test_result_ranks_mark_values_not_in_the_prompt():
@@ -144,3 +146,25 @@ def test_masked_logits_columns_match_full_forward():
     assert part.shape == (2, 10, len(tok))
     assert torch.allclose(part, full[:, cols], atol=1e-5)
     assert torch.allclose(unpadded, full[:1, cols], atol=1e-5)
+
+
+def test_ratio_prefix_keeps_the_ratio_masks_after_the_cut():
+    x0, _, canvas_mask, _, _ = batch = _batch(32)
+    t = torch.full((32, 1), 0.5)
+    plain, _ = mdlm_mask(batch, t, torch.Generator().manual_seed(0))
+    masked, weight = mdlm_mask(batch, t, torch.Generator().manual_seed(0), prefix_prob=1.0, prefix_masking="ratio")
+    assert (masked <= plain).all()  # the same draws, with the prefix cleared
+    assert torch.equal(weight, masked / t)
+    for row in range(32):
+        cols = canvas_mask[row].nonzero().squeeze(1)
+        cleared = (plain[row, cols] & ~masked[row, cols]).nonzero()
+        if cleared.numel():
+            last_cleared = int(cleared.max())
+            assert torch.equal(masked[row, cols][last_cleared + 1:], plain[row, cols][last_cleared + 1:])
+
+
+def test_bad_prefix_masking_is_refused():
+    import pytest
+
+    with pytest.raises(ValueError, match="prefix_masking"):
+        mdlm_mask(_batch(2), torch.full((2, 1), 0.5), prefix_prob=0.5, prefix_masking="half")
