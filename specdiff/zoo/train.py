@@ -3,10 +3,11 @@
 - Autoregressive objective (verifier, ar-drafter): next-token cross-entropy on the answer and its
   eos, given `bos + prompt`.
 - MDLM objective (masked-drafter), as Dream / LLaDA SFT: the answer canvas (answer, then eos up to
-  CANVAS_TOKENS) is masked with probability t ~ U(eps, 1) per sequence (MDLM's low-discrepancy
-  sampler: evenly spaced t across the batch), the prompt never;
+  CANVAS_TOKENS) is masked at ratio t ~ U(eps, 1) per sequence (MDLM's low-discrepancy sampler:
+  evenly spaced t across the batch), the prompt never; `mdlm_mask` also masks by number value
+  (grouped), masks results from a rank on, or keeps a clean prefix, each for a share of the batch;
   bidirectional attention; the logit at position i predicts token i+1 (Dream's shift); loss is the
-  cross-entropy on masked canvas tokens weighted by 1/t, averaged over canvas tokens.
+  weighted cross-entropy on masked canvas tokens (1/t for ratio-t masks), averaged over canvas tokens.
 
 Every batch is a pure function of (seed, step) — fresh problems from the train split — so a run
 resumes exactly from its last checkpoint (`runs/zoo/NAME/checkpoint.pt`).
