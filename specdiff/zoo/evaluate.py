@@ -7,7 +7,8 @@ in tokens, and ms per step. A step is what one speculative round costs the model
 - verifier: one cached forward over B+1 = 17 new tokens after a typical prefix (a verifier round);
 - ar-drafter: one cached forward over 1 new token (one drafted token);
 - masked-drafter: one uncached bidirectional forward over prompt + prefix + block at the typical
-  length (mean prompt + mean answer + 1 tokens), i.e. one denoising step.
+  length (mean prompt + mean answer + 1 tokens), projecting the B = 16 block positions to the
+  vocabulary, i.e. one denoising step.
 Timing: batch 1, torch threads as set (default 2), warm-up, median of repeats. The masked-step /
 verifier-round ratio (`speed`) is measured with the two calls alternating (`speed_ratio`).
 """
