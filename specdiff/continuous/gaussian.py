@@ -19,7 +19,6 @@ import numpy as np
 import torch
 from scipy import special
 
-LOG_HALF = math.log(0.5)
 LOG_2 = math.log(2.0)
 LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 
@@ -317,7 +316,8 @@ def block_verification(
     return torch.from_numpy(num_accepted).to(device), torch.from_numpy(log_alpha_tau).to(device)
 
 
-def _check_inputs(draft_noise, draft_means, target_means, sigma, num_drafted, method, residual, temperature):
+def _check_inputs(draft_noise, draft_means, target_means, sigma, num_drafted, method, residual, temperature) -> torch.Tensor:
+    """Raises a ValueError naming the first bad input; returns speculated [b, g] (step i < num_drafted)."""
     if method not in ("sample", "block"):
         raise ValueError(f"gaussian_verify: unknown method {method!r}; use 'sample' or 'block'")
     if residual not in ("reflection", "decomposition"):
@@ -341,13 +341,23 @@ def _check_inputs(draft_noise, draft_means, target_means, sigma, num_drafted, me
         )
     if sigma.shape not in ((g + 1,), (b, g + 1)):
         raise ValueError(f"gaussian_verify: sigma must be [gamma+1] or [b, gamma+1], got {tuple(sigma.shape)}")
-    if num_drafted.shape != (b,) or bool(((num_drafted < 0) | (num_drafted > g)).any()):
+    if num_drafted.shape != (b,):
         raise ValueError(f"gaussian_verify: num_drafted must be [b] with values in 0..{g}")
+    speculated = torch.arange(g, device=sigma.device) < num_drafted.unsqueeze(-1)  # [b, g]
     named = (("draft_means", draft_means), ("target_means", target_means), ("draft_noise", draft_noise))
-    all_finite = torch.isfinite(draft_means).all() & torch.isfinite(target_means).all() & torch.isfinite(draft_noise).all()
-    if not bool(all_finite):  # one host sync on the common path; the slow search only to name the culprit
-        name = next(name for name, tensor in named if not bool(torch.isfinite(tensor).all()))
-        raise ValueError(f"gaussian_verify: {name} contains NaN or inf")
+    checks = {  # each is True when the input is good; ONE host sync for all of them on the common path
+        "num_drafted": ((num_drafted >= 0) & (num_drafted <= g)).all(),
+        **{name: torch.isfinite(tensor).all() for name, tensor in named},
+        "sigma": torch.isfinite(sigma).all() & ~((sigma[..., :g] <= 0) & speculated).any(),
+    }
+    if bool(torch.stack(list(checks.values())).all()):
+        return speculated
+    failed = next(name for name, good in checks.items() if not bool(good))  # only to name the culprit
+    if failed == "num_drafted":
+        raise ValueError(f"gaussian_verify: num_drafted must be [b] with values in 0..{g}")
+    if failed == "sigma":
+        raise ValueError("gaussian_verify: sigma must be finite and > 0 on every speculated step")
+    raise ValueError(f"gaussian_verify: {failed} contains NaN or inf")
 
 
 def gaussian_verify(
@@ -373,11 +383,8 @@ def gaussian_verify(
     if num_drafted is None:
         num_drafted = torch.full((b,), g, dtype=torch.long, device=draft_noise.device)
     sigma = torch.as_tensor(sigma, dtype=draft_means.dtype, device=draft_means.device)
-    _check_inputs(draft_noise, draft_means, target_means, sigma, num_drafted, method, residual, temperature)
+    speculated = _check_inputs(draft_noise, draft_means, target_means, sigma, num_drafted, method, residual, temperature)
     sigma = sigma.expand(b, g + 1)
-    speculated = torch.arange(g, device=sigma.device) < num_drafted.unsqueeze(-1)  # [b, g]
-    if not bool(torch.isfinite(sigma).all() & ~((sigma[:, :g] <= 0) & speculated).any()):
-        raise ValueError("gaussian_verify: sigma must be finite and > 0 on every speculated step")
     lossless = temperature == 1.0
     if not lossless:
         warnings.warn(

@@ -6,7 +6,6 @@ sigma = 0 (the last step, or churn 0) are never speculated: such a round is a pl
 """
 from __future__ import annotations
 
-import copy
 import time
 from dataclasses import dataclass, field
 
@@ -57,7 +56,7 @@ def ddpm_sample(
     generator: torch.Generator | None = None,
 ) -> tuple[torch.Tensor, SampleStats]:  # samples [n, d]
     """The reference: y_{k+1} = m_k(y_k) + sigma_k z_k for k = 0..K-1, one target call per step."""
-    schedule = cast_schedule(target.schedule, initial.dtype)  # coefficients gathered without casts
+    schedule = target.schedule.to(initial.dtype)  # coefficients gathered without casts
     start = time.perf_counter()
     state = initial
     for k in range(schedule.num_steps):
@@ -113,7 +112,7 @@ class SpeculativeSampler:
         generator: torch.Generator | None = None,
     ) -> tuple[torch.Tensor, SampleStats]:  # samples [n, d]
         target, gamma, drafter = self.target, self.draft_length, self.drafter
-        schedule = cast_schedule(target.schedule, initial.dtype)  # coefficients gathered without casts
+        schedule = target.schedule.to(initial.dtype)  # coefficients gathered without casts
         K = schedule.num_steps
         n, d = initial.shape
         start = time.perf_counter()
@@ -211,16 +210,6 @@ class SpeculativeSampler:
 
         stats = SampleStats(K, rounds, target_calls, drafter_calls, time.perf_counter() - start, evaluations)
         return state, stats
-
-
-def cast_schedule(schedule, dtype: torch.dtype):
-    """A copy of the schedule whose coefficients (computed in float64) are stored in `dtype`, so that
-    the many small gathers of a sampling loop need no cast. model_time is left for the denoiser."""
-    cast = copy.copy(schedule)
-    for name in ("signal", "noise", "step_std", "noise_coef", "state_coef", "score_coef", "mean_state_coef",
-                 "mean_denoised_coef"):
-        setattr(cast, name, getattr(schedule, name).to(dtype))
-    return cast
 
 
 def _take(tensor: torch.Tensor, rows: torch.Tensor | None) -> torch.Tensor:

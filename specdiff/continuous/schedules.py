@@ -18,6 +18,7 @@ depend on epsilon. The last step (to s_s = 0) has sigma = 0 and is never specula
 """
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 import torch
@@ -49,8 +50,17 @@ class Schedule:
     def num_steps(self) -> int:
         return self.signal.shape[0] - 1
 
+    COEFFICIENTS = ("signal", "noise", "step_std", "noise_coef", "state_coef", "score_coef", "mean_state_coef",
+                    "mean_denoised_coef")
+
     def to(self, dtype: torch.dtype) -> "Schedule":
-        return Schedule(self.signal.to(dtype), self.noise.to(dtype), self.model_time, self.churn)
+        """A copy whose levels and coefficients, computed in the schedule's own (float64) precision, are
+        stored in `dtype`, so that a sampling loop gathers them without casts. model_time is left for
+        the denoiser. (Recomputing them in float32 would lose the small posterior variances at large K.)"""
+        cast = copy.copy(self)
+        for name in self.COEFFICIENTS:
+            setattr(cast, name, getattr(self, name).to(dtype))
+        return cast
 
 
 def rectified_flow_schedule(num_steps: int, churn: float, t_max: float = 1.0 - 1e-4, dtype=torch.float64) -> Schedule:
