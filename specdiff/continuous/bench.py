@@ -21,6 +21,7 @@ batches, where the per-call cost does not matter and the samples are the same.
 from __future__ import annotations
 
 import json
+import math
 import os
 import statistics
 import time
@@ -199,13 +200,21 @@ def assemble_rows(results: dict, steps, churns) -> list[dict]:
     return rows
 
 
-def run_to_run_spread(values: list[float]) -> list[float]:
-    """[mean - 2 sd, mean + 2 sd] of DDPM's Frechet distances over its seeds. (The bare range of 3 runs
-    would hold a 4th run of the very same sampler only half of the time: 2 of 4 orderings.)"""
+def run_to_run_spread(values: list[float], level: float = 0.95) -> list[float]:
+    """DDPM's run-to-run spread of the Frechet distance: the `level` prediction interval for ONE more
+    DDPM run from its m seeds, mean +- t_{(1+level)/2, m-1} sd sqrt(1 + 1/m) (Student t).
+
+    A method "within DDPM's spread" is then one whose FD a fresh DDPM run would reach with
+    probability `level`. Narrower rules reject DDPM itself far more often: the bare range of 3 runs
+    holds a 4th run only half of the time, and mean +- 2 sd of 3 runs about 77% of the time."""
     if len(values) < 2:
         return [values[0], values[0]]
+    from scipy import stats
+
+    m = len(values)
     mean, sd = statistics.fmean(values), statistics.stdev(values)
-    return [mean - 2 * sd, mean + 2 * sd]
+    half_width = float(stats.t.ppf((1 + level) / 2, m - 1)) * sd * math.sqrt(1 + 1 / m)
+    return [mean - half_width, mean + half_width]
 
 
 def target_checks(rows: list[dict], steps: int = 250) -> dict:
