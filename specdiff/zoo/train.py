@@ -130,9 +130,20 @@ def bidirectional_mask(key_mask: torch.Tensor) -> torch.Tensor:
     return key_mask[:, None, None, :].expand(b, 1, length, length)
 
 
-def ar_loss(model, batch) -> torch.Tensor:
+def causal_mask(key_mask: torch.Tensor) -> torch.Tensor:
+    """Causal 4D boolean attention mask [b, 1, L, L] from a key mask [b, L] (query i sees real keys <= i).
+    Explicit, so that a model whose config says `is_causal: false` still attends causally."""
+    b, length = key_mask.shape
+    lower = torch.ones(length, length, dtype=torch.bool).tril()
+    return key_mask[:, None, None, :] & lower[None, None]
+
+
+def ar_loss(model, batch, causal: bool = False) -> torch.Tensor:
+    """Next-token cross-entropy on answer + eos. `causal=True` passes an explicit causal mask (the
+    masked drafter's auxiliary AR loss: same weights, same shifted logits, causal attention)."""
     input_ids, attention_mask, labels = batch
-    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits  # [b, L, V]
+    mask = causal_mask(attention_mask.bool()) if causal else attention_mask
+    logits = model(input_ids=input_ids, attention_mask=mask).logits  # [b, L, V]
     return F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten(), ignore_index=-100)
 
 
@@ -309,12 +320,14 @@ def train(name: str, run_dir: str | Path | None = None, out_dir: str | Path | No
                              prefix_prob=stage.get("prefix_prob", 0.0), group_prob=stage.get("group_prob", 0.0),
                              result_prob=stage.get("result_prob", 0.0),
                              prefix_masking=stage.get("prefix_masking", "all"))
+            if stage.get("ar_weight", 0.0) > 0:  # auxiliary next-token loss, causal attention, same weights
+                loss = loss + stage["ar_weight"] * ar_loss(model, ar_batch(problems, tokenizer), causal=True)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         ema = loss.item() if ema is None else 0.98 * ema + 0.02 * loss.item()
-        bar.set_postfix(loss=f"{ema:.4f}")
+        bar.set_postfix(loss=f"{ema:.4f}", refresh=False)  # redrawn at mininterval, not every step
         done = step + 1
         if done % probe_every == 0 or done == total:
             acc = quick_accuracy(model, tokenizer, name)

@@ -168,3 +168,27 @@ def test_bad_prefix_masking_is_refused():
 
     with pytest.raises(ValueError, match="prefix_masking"):
         mdlm_mask(_batch(2), torch.full((2, 1), 0.5), prefix_prob=0.5, prefix_masking="half")
+
+
+def test_auxiliary_ar_loss_is_causal_on_the_bidirectional_drafter():
+    """The masked drafter's auxiliary next-token loss runs the same (bidirectional, is_causal=False)
+    weights under an explicit causal mask: a later token must not change an earlier logit there,
+    while it does under the drafter's own bidirectional attention."""
+    from specdiff.zoo.train import ar_batch, ar_loss, causal_mask
+
+    tok = zoo.tokenizer()
+    model = zoo.load("masked-drafter")
+    problems = tasks.arith_problems("validation", 2)
+    input_ids, attention_mask, labels = ar_batch(problems, tok)
+    changed = input_ids.clone()
+    changed[:, -1] = (changed[:, -1] + 7) % len(tok)  # alter the last position only
+    with torch.no_grad():
+        causal = [model(input_ids=x, attention_mask=causal_mask(attention_mask.bool())).logits for x in (input_ids, changed)]
+        full = [model(input_ids=x, attention_mask=attention_mask.bool()[:, None, None, :].expand(-1, 1, x.shape[1], -1)).logits
+                for x in (input_ids, changed)]
+    assert torch.allclose(causal[0][:, :-1], causal[1][:, :-1], atol=1e-5)
+    assert not torch.allclose(full[0][:, :-1], full[1][:, :-1], atol=1e-3)
+    mask = causal_mask(torch.tensor([[True, True, False]]))[0, 0]
+    assert mask.tolist() == [[True, False, False], [True, True, False], [True, True, False]]
+    loss = ar_loss(model, (input_ids, attention_mask, labels), causal=True)
+    assert torch.isfinite(loss) and loss.item() > 0
