@@ -1,14 +1,18 @@
 """`specdiff continuous bench`: the second paper's Table 2 / Tables 5-6 analog on the digits model.
 
 For each churn epsilon and number of steps K, and for R, D, B (Table 1, Free drafter) and DDPM:
-- speed, as in the paper: one sample at a time, median wall seconds over >= 50 samples, the four
-  methods interleaved sample by sample so that machine load hits them alike; speedup = DDPM / method;
+- speed, as in the paper: one sample at a time, median wall seconds over >= 50 samples, the methods
+  interleaved sample by sample so that machine load hits them alike; speedup = DDPM / method. DDPM's
+  cost does not depend on churn (the same K calls and the same arithmetic), so one DDPM sample is
+  timed per sample index, its churn alternating over the grid's churns, and it is the baseline of
+  R, D and B of every churn, timed right after it on the same noise;
 - block efficiency: K / rounds, averaged over the timed samples;
 - Frechet distance of a large batch (rows advance independently, one batched target call per
   round) to the 1797 real digits, on the project's classifier features; DDPM is run with several
   seeds to give its run-to-run spread.
 
-The grid is cut into units of work, one per (timing or FD, churn, K). Units run in parallel worker
+The grid is cut into units of work: timing per (K, share of the samples), FD per (churn, K). Units
+run in parallel worker
 processes (one torch thread each), or as Ray tasks (`executor="ray"`), and each is written to SQLite
 when it finishes (specdiff.eval.store): a killed bench keeps its finished units and a rerun does only
 the rest.
@@ -41,14 +45,21 @@ DEFAULT_DB = Path("runs") / "continuous_bench.sqlite"
 
 @dataclass(frozen=True)
 class Unit:
-    """One unit of work of the grid: kind "time" (per-sample speed) or "fd" (a large batch)."""
+    """One unit of work of the grid: kind "fd" (a large batch at one churn) or "time" (per-sample
+    speed at every churn of `churns`, for the timed samples first..last-1 of num_timing)."""
 
     kind: str
-    churn: float
+    churn: float | None
     steps: int
+    churns: tuple = ()
+    first: int = 0
+    last: int = 0
 
     @property
     def key(self) -> str:
+        if self.kind == "time":
+            churns = ",".join(str(c) for c in self.churns)
+            return f"time/churns={churns}/K={self.steps}/samples={self.first}-{self.last}"
         return f"{self.kind}/churn={self.churn}/K={self.steps}"
 
 
@@ -61,28 +72,39 @@ def _samplers(target, draft_length: int) -> dict:
     return runs
 
 
-def time_methods(target, draft_length: int, num_timing: int, seed: int) -> dict:
-    """Per-sample wall seconds of DDPM, R, D, B on the same noise and seeds, interleaved sample by sample."""
+def time_methods(targets: dict, draft_length: int, samples: range, seed: int) -> dict:
+    """Per-sample wall seconds on the same noise and seeds, interleaved sample by sample: for each
+    sample index i, DDPM (at churn number i mod the number of churns), then R, D, B at every churn.
+    targets: {churn: Target}. Returns {"DDPM": {...}, "churn=<c>": {"R": {...}, "D": ..., "B": ...}},
+    each {"seconds": [...], "block_efficiency": [...]} in sample order."""
     from specdiff.continuous.sampler import initial_noise
 
-    runs = _samplers(target, draft_length)
-    warm = initial_noise(1, target.dim, torch.Generator().manual_seed(seed))
-    for run in runs.values():  # warm-up: tracing, allocator, first-call costs
-        run(warm, torch.Generator().manual_seed(seed))
-    seconds = {name: [] for name in runs}
-    efficiency = {name: [] for name in runs}
-    for i in range(num_timing):
-        noise = initial_noise(1, target.dim, torch.Generator().manual_seed(seed + 1000 + i))
-        for name, run in runs.items():
-            start = time.perf_counter()
-            _, stats = run(noise, torch.Generator().manual_seed(seed + 5000 + i))
-            seconds[name].append(time.perf_counter() - start)
-            efficiency[name].append(stats.block_efficiency)
-    return {
-        name: {"median_seconds": statistics.median(seconds[name]), "block_efficiency": statistics.fmean(efficiency[name]),
-               "seconds": seconds[name]}
-        for name in runs
-    }
+    from specdiff.continuous.models import Target
+    from specdiff.continuous.schedules import rectified_flow_schedule
+
+    churns = list(targets)
+    runs = {churn: _samplers(target, draft_length) for churn, target in targets.items()}
+    warm = initial_noise(1, targets[churns[0]].dim, torch.Generator().manual_seed(seed))
+    for churn, target in targets.items():  # warm-up: tracing, allocator, first-call costs of every code path
+        short = Target(rectified_flow_schedule(4 * (draft_length + 1), churn), target.denoiser, target.dim)
+        for run in _samplers(short, draft_length).values():  # same model and samplers, a short schedule
+            run(warm, torch.Generator().manual_seed(seed))
+    out = {"DDPM": {"seconds": [], "block_efficiency": []}}
+    out.update({f"churn={c}": {m: {"seconds": [], "block_efficiency": []} for m in METHODS} for c in churns})
+
+    def timed(run, noise, i, record):
+        start = time.perf_counter()
+        _, stats = run(noise, torch.Generator().manual_seed(seed + 5000 + i))
+        record["seconds"].append(time.perf_counter() - start)
+        record["block_efficiency"].append(stats.block_efficiency)
+
+    for i in samples:
+        noise = initial_noise(1, targets[churns[0]].dim, torch.Generator().manual_seed(seed + 1000 + i))
+        timed(runs[churns[i % len(churns)]]["DDPM"], noise, i, out["DDPM"])
+        for churn in churns:
+            for name in METHODS:
+                timed(runs[churn][name], noise, i, out[f"churn={churn}"][name])
+    return out
 
 
 def frechet_methods(target, draft_length: int, num_samples: int, ddpm_seeds: int, seed: int, classifier) -> dict:
@@ -109,9 +131,9 @@ def run_unit(unit: Unit, settings: dict) -> dict:
     torch.set_num_threads(settings["threads"])
     start = time.perf_counter()
     if unit.kind == "time":
-        target = load_digits_target(unit.steps, unit.churn, trace=settings["model_call"] == "traced",
-                                    path=settings["weights"])
-        result = time_methods(target, settings["draft_length"], settings["num_timing"], settings["seed"])
+        trace = settings["model_call"] == "traced"
+        targets = {c: load_digits_target(unit.steps, c, trace=trace, path=settings["weights"]) for c in unit.churns}
+        result = time_methods(targets, settings["draft_length"], range(unit.first, unit.last), settings["seed"])
     else:
         from specdiff.continuous.metrics import load_classifier
 
@@ -121,12 +143,16 @@ def run_unit(unit: Unit, settings: dict) -> dict:
     return {"methods": result, "unit_seconds": time.perf_counter() - start}
 
 
-def grid_units(steps, churns, fd_max_steps: int, fd_samples: int) -> list[Unit]:
-    """Every unit of the grid, the longest first (so that parallel workers finish together)."""
-    units = [Unit("time", churn, k) for churn in churns for k in steps]
+def grid_units(steps, churns, fd_max_steps: int, fd_samples: int, num_timing: int = 50, timing_parts: int = 2) -> list[Unit]:
+    """Every unit of the grid, the longest first (so that parallel workers finish together). The timed
+    samples of each K are cut into `timing_parts` shares (one unit each), so that K = 1000 alone does
+    not hold one worker while the other runs out of work."""
+    parts = max(1, min(timing_parts, num_timing))
+    bounds = [round(num_timing * p / parts) for p in range(parts + 1)]
+    units = [Unit("time", None, k, tuple(churns), bounds[p], bounds[p + 1]) for k in steps for p in range(parts)]
     if fd_samples > 0:
         units += [Unit("fd", churn, k) for churn in churns for k in steps if k <= fd_max_steps]
-    return sorted(units, key=lambda u: (-u.steps, u.kind != "time", u.churn))
+    return sorted(units, key=lambda u: (-u.steps, u.kind != "time", u.churn or 0, u.first))
 
 
 def _execute(units: list[Unit], settings: dict, workers: int, on_done, progress: bool, executor: str = "process") -> None:
@@ -147,12 +173,27 @@ def _execute(units: list[Unit], settings: dict, workers: int, on_done, progress:
         from concurrent.futures import ProcessPoolExecutor, as_completed
 
         context = multiprocessing.get_context("spawn")  # a clean interpreter: no inherited torch threads
-        with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+        with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=exit_with_parent,
+                                 initargs=(os.getpid(),)) as pool:
             futures = {pool.submit(run_unit, unit, settings): unit for unit in units}
             for future in as_completed(futures):
                 on_done(futures[future], future.result())
                 bar.update()
     bar.close()
+
+
+def exit_with_parent(parent_pid: int, poll_seconds: float = 1.0) -> None:
+    """Worker initializer: a daemon thread ends this worker once its parent is gone. A killed bench must
+    not leave workers finishing their units for minutes (the finished units are in SQLite already;
+    a rerun redoes only the unfinished ones)."""
+    import threading
+
+    def watch():
+        while os.getppid() == parent_pid:
+            time.sleep(poll_seconds)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True, name="exit-with-parent").start()
 
 
 def _execute_ray(units: list[Unit], settings: dict, workers: int, on_done, bar) -> None:
@@ -176,19 +217,37 @@ def _execute_ray(units: list[Unit], settings: dict, workers: int, on_done, bar) 
             ray.shutdown()
 
 
-def assemble_rows(results: dict, steps, churns) -> list[dict]:
+def merge_timing(results: dict, units: list[Unit], churn: float) -> dict | None:
+    """The timed samples of every share of one K, in sample order, for one churn:
+    {method: {"seconds": [...], "block_efficiency": [...]}} (DDPM's are shared by all churns)."""
+    parts = [results.get(u.key, {}).get("methods") for u in sorted(units, key=lambda u: u.first)]
+    if not parts or any(p is None for p in parts):
+        return None
+    merged = {name: {"seconds": [], "block_efficiency": []} for name in ALL_METHODS}
+    for part in parts:
+        for name in ALL_METHODS:
+            record = part["DDPM"] if name == "DDPM" else part[f"churn={churn}"][name]
+            merged[name]["seconds"] += record["seconds"]
+            merged[name]["block_efficiency"] += record["block_efficiency"]
+    return merged
+
+
+def assemble_rows(results: dict, steps, churns, units: list[Unit] | None = None) -> list[dict]:
     """The `rows` of the JSON: one per (churn, K, method) with speedup, block efficiency and FD."""
+    units = units if units is not None else grid_units(steps, churns, 0, 0)
     rows = []
     for churn in churns:
         for k in steps:
-            timing = results.get(Unit("time", churn, k).key, {}).get("methods")
+            timing = merge_timing(results, [u for u in units if u.kind == "time" and u.steps == k], churn)
             quality = results.get(Unit("fd", churn, k).key, {}).get("methods")
+            ddpm_seconds = statistics.median(timing["DDPM"]["seconds"]) if timing else None
             for name in ALL_METHODS:
                 row = {"method": name, "steps": k, "churn": churn, "speedup": None, "block_efficiency": None, "fd": None}
                 if timing:
-                    row["speedup"] = timing["DDPM"]["median_seconds"] / timing[name]["median_seconds"]
-                    row["block_efficiency"] = timing[name]["block_efficiency"]
-                    row["median_seconds"] = timing[name]["median_seconds"]
+                    median = statistics.median(timing[name]["seconds"])
+                    row["speedup"] = ddpm_seconds / median
+                    row["block_efficiency"] = statistics.fmean(timing[name]["block_efficiency"])
+                    row["median_seconds"] = median
                     row["num_timing_samples"] = len(timing[name]["seconds"])
                 if quality:
                     row["fd"] = quality[name]["fd"]
@@ -253,6 +312,7 @@ def run_bench(
     executor: str = "process",
     progress: bool = True,
     on_unit=None,
+    timing_parts: int = 2,
 ) -> dict:
     """The whole grid; returns {"rows": [...], "targets_at_K250": {...}, "config": {...}, "wall_seconds": ...}."""
     from specdiff.eval.store import ResultStore, settings_id
@@ -271,7 +331,7 @@ def run_bench(
     store = ResultStore(db)
     if fresh:
         store.forget(sweep)
-    units = grid_units(steps, churns, fd_max_steps, fd_samples)
+    units = grid_units(steps, churns, fd_max_steps, fd_samples, num_timing, timing_parts)
     done = store.done(sweep)
     todo = [u for u in units if u.key not in done]
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
@@ -286,8 +346,8 @@ def run_bench(
     _execute(todo, settings, workers, on_done, progress, executor)
     results = store.load(sweep)
     store.close()
-    rows = assemble_rows(results, steps, churns)
-    config = dict(settings, steps=list(steps), churns=list(churns), fd_max_steps=fd_max_steps, workers=workers,
+    rows = assemble_rows(results, steps, churns, units)
+    config = dict(settings, steps=list(steps), churns=list(churns), fd_max_steps=fd_max_steps, timing_parts=timing_parts, workers=workers,
                   executor=executor, db=str(db), sweep=sweep)
     return {
         "rows": rows,

@@ -49,6 +49,7 @@ def register(subparsers) -> None:
     p.add_argument("--fd-samples", type=int, default=None, help="batch size for the Frechet distance (default 256)")
     p.add_argument("--fd-max-steps", type=int, default=250, help="compute FD only for K <= this")
     p.add_argument("--ddpm-fd-seeds", type=int, default=3, help="DDPM FD runs, for its spread")
+    p.add_argument("--timing-parts", type=int, default=2, help="timing units per K (they run in parallel)")
     p.add_argument("--model-call", choices=("eager", "traced"), default="eager",
                    help="timed samples call the UNet eagerly (stock diffusers) or through a TorchScript trace")
     p.add_argument("--workers", type=int, default=None, help="worker processes (default: one per core)")
@@ -67,7 +68,7 @@ def register(subparsers) -> None:
 
     p = sub.add_parser("train", help="train the shipped digits denoiser and/or FD classifier")
     p.add_argument("what", choices=("denoiser", "classifier", "all"), nargs="?", default="all")
-    p.add_argument("--steps", type=int, default=1200)
+    p.add_argument("--steps", type=int, default=6000)
     p.add_argument("--batch-size", type=int, default=96)
     p.add_argument("--lr", type=float, default=4e-3)
     p.add_argument("--ema-decay", type=float, default=0.995)
@@ -183,7 +184,7 @@ def _bench(args) -> int:
         fd_samples=fd_samples, fd_max_steps=args.fd_max_steps, ddpm_fd_seeds=args.ddpm_fd_seeds,
         model_call=args.model_call, workers=args.workers, threads=args.threads, seed=args.seed,
         weights=args.weights, db=args.db or DEFAULT_DB, fresh=args.fresh, executor=args.executor,
-        progress=not args.json, on_unit=report,
+        progress=not args.json, on_unit=report, timing_parts=args.timing_parts,
     )
     if args.out_json:
         write_json(result, args.out_json)

@@ -1,6 +1,7 @@
 """The continuous bench's bookkeeping: SQLite results survive a kill, a rerun resumes, no unit is
 written twice, and the JSON rows carry what the issue asks for. (Speed itself is never asserted.)"""
 import sqlite3
+import time
 
 import numpy as np
 import pytest
@@ -24,7 +25,8 @@ def test_store_writes_each_unit_once(tmp_path):
 
 def test_grid_runs_the_longest_units_first():
     units = grid_units([50, 1000, 250], [0.25, 0.5], fd_max_steps=250, fd_samples=10)
-    assert [u.steps for u in units][:2] == [1000, 1000]
+    assert [(u.kind, u.steps, u.first, u.last) for u in units][:2] == [("time", 1000, 0, 25), ("time", 1000, 25, 50)]
+    assert sum(u.kind == "time" for u in units) == 6  # 3 K x 2 shares, each covering both churns
     assert {u.key for u in units if u.kind == "fd"} == {Unit("fd", c, k).key for c in (0.25, 0.5) for k in (50, 250)}
 
 
@@ -45,12 +47,12 @@ def test_killed_bench_keeps_finished_units_and_resumes_without_duplicates(tmp_pa
     assert len(finished) == 1
 
     result = run_bench(db=db, **TINY)
-    assert result["units"] == {"total": 3, "resumed": 1, "run": 2}
+    assert result["units"] == {"total": 5, "resumed": 1, "run": 4}  # 2 K x 2 timing shares + 1 FD unit
     again = run_bench(db=db, **TINY)
-    assert again["units"] == {"total": 3, "resumed": 3, "run": 0}
+    assert again["units"] == {"total": 5, "resumed": 5, "run": 0}
     assert again["rows"] == result["rows"]
     (count,) = sqlite3.connect(db).execute("SELECT COUNT(*) FROM results").fetchone()
-    assert count == 3
+    assert count == 5
 
     table = markdown_table(result)
     assert table.count("\n") == 2 + len(result["rows"]) and "| 0.5 | 4 | B |" in table
@@ -102,6 +104,34 @@ def test_ray_executor_runs_units_and_writes_them_once(tmp_path):
     pytest.importorskip("ray", reason="Ray is the optional 'sweep' extra")
     settings = {**TINY, "steps": (4,), "fd_samples": 0, "workers": 2}
     result = run_bench(db=tmp_path / "ray.sqlite", executor="ray", **settings)
-    assert result["units"] == {"total": 1, "resumed": 0, "run": 1} and result["config"]["executor"] == "ray"
+    assert result["units"] == {"total": 2, "resumed": 0, "run": 2} and result["config"]["executor"] == "ray"
     assert {r["method"] for r in result["rows"]} == set(ALL_METHODS) and all(r["speedup"] > 0 for r in result["rows"])
-    assert run_bench(db=tmp_path / "ray.sqlite", executor="ray", **settings)["units"]["resumed"] == 1
+    assert run_bench(db=tmp_path / "ray.sqlite", executor="ray", **settings)["units"]["resumed"] == 2
+
+
+def test_one_ddpm_timing_is_the_baseline_of_every_churn(tmp_path):
+    """DDPM is timed once per sample index (its churn alternating); R, D, B of both churns are timed
+    on the same noise right after it, and each churn's speedups divide by that one DDPM median."""
+    result = run_bench(db=tmp_path / "b.sqlite", **{**TINY, "steps": (4,), "churns": (0.25, 0.5), "fd_samples": 0,
+                                                     "num_timing": 3})
+    rows = result["rows"]
+    ddpm = [r for r in rows if r["method"] == "DDPM"]
+    assert len(ddpm) == 2 and ddpm[0]["median_seconds"] == ddpm[1]["median_seconds"]
+    for row in rows:
+        assert row["num_timing_samples"] == 3
+        base = next(d for d in ddpm if d["churn"] == row["churn"])
+        assert row["speedup"] == pytest.approx(base["median_seconds"] / row["median_seconds"])
+    assert result["units"]["total"] == 2  # the 3 samples in 2 shares: 0-2 and 2-3
+
+
+def test_worker_exits_when_its_parent_is_gone():
+    """A bench worker whose parent is not the process that started the bench ends itself (as after a
+    kill of the bench): here the recorded parent pid is a wrong one, so it exits within a poll."""
+    import subprocess
+    import sys
+
+    code = ("import os, time; from specdiff.continuous.bench import exit_with_parent; "
+            "exit_with_parent(os.getppid() + 1, poll_seconds=0.05); time.sleep(30)")
+    start = time.perf_counter()
+    completed = subprocess.run([sys.executable, "-c", code], timeout=25)
+    assert completed.returncode == 1 and time.perf_counter() - start < 20
