@@ -232,9 +232,9 @@ def merge_timing(results: dict, units: list[Unit], churn: float) -> dict | None:
     return merged
 
 
-def assemble_rows(results: dict, steps, churns, units: list[Unit] | None = None) -> list[dict]:
-    """The `rows` of the JSON: one per (churn, K, method) with speedup, block efficiency and FD."""
-    units = units if units is not None else grid_units(steps, churns, 0, 0)
+def assemble_rows(results: dict, steps, churns, units: list[Unit]) -> list[dict]:
+    """The `rows` of the JSON: one per (churn, K, method) with speedup, block efficiency and FD;
+    `units` is the grid the results came from (its timing shares are merged per K)."""
     rows = []
     for churn in churns:
         for k in steps:

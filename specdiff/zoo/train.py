@@ -133,7 +133,7 @@ def bidirectional_mask(key_mask: torch.Tensor) -> torch.Tensor:
 def causal_mask(key_mask: torch.Tensor) -> torch.Tensor:
     """Causal 4D boolean attention mask [b, 1, L, L] from a key mask [b, L] (query i sees real keys <= i).
     Explicit, so that a model whose config says `is_causal: false` still attends causally."""
-    b, length = key_mask.shape
+    length = key_mask.shape[1]
     lower = torch.ones(length, length, dtype=torch.bool).tril()
     return key_mask[:, None, None, :] & lower[None, None]
 
@@ -165,7 +165,7 @@ def mdlm_mask(batch, t: torch.Tensor, generator: torch.Generator | None = None, 
     - clean prefix (a `prefix_prob` share): a random prefix of the canvas stays clean, and after the
       cut `prefix_masking="all"` masks every token (weight 1) — the drafting situation (prompt +
       accepted prefix + masked block), where nothing to the right can be copied — while "ratio" keeps
-      the masks drawn above after the cut (the recipe of the shipped masked drafter)."""
+      the masks drawn above after the cut (session 2's recipe; the shipped one uses "all")."""
     if prefix_masking not in ("all", "ratio"):
         raise ValueError(f"prefix_masking must be 'all' or 'ratio', not {prefix_masking!r}")
     x0, key_mask, canvas_mask, groups, result_rank = batch
