@@ -291,18 +291,36 @@ def block_verification(
     rho_{i+1} = int max(0, alpha_i q_{i+1} - p_{i+1});
     h_i = rho_{i+1} / (rho_{i+1} + 1 - alpha_i) for i < L, h_L = alpha_L;
     tau = the largest i with eta_i <= h_i.
-    The [b, g] quantities are scalars per step, computed on the host in float64."""
+    The [b, g] quantities are scalars per step, computed on the host in float64: in numpy for many
+    rows, on Python floats for up to SCALAR_ROWS rows (the one-sample-at-a-time case; the same
+    formulas and the same uniforms eta, so the same tau)."""
     b, g = log_ratio.shape
     device = log_ratio.device
-    eta = _uniform((b, g + 1), generator, device)
-    drafted = num_drafted.cpu().numpy()[:, None]  # [b, 1] L
+    log_eta = np.log(_uniform((b, g + 1), generator, device))  # [b, g+1]
+    drafted = num_drafted.cpu().numpy()  # [b] L
+    if b <= SCALAR_ROWS:
+        num_accepted, log_alpha_tau = _block_verification_rows(_host(log_ratio), _host(delta_norm), drafted, log_eta)
+    else:
+        num_accepted, log_alpha_tau = _block_verification_vector(_host(log_ratio), _host(delta_norm), drafted, log_eta)
+    return torch.from_numpy(num_accepted).to(device), torch.from_numpy(log_alpha_tau).to(device)
+
+
+def _block_verification_vector(
+    log_ratio: np.ndarray,  # [b, g]
+    delta_norm: np.ndarray,  # [b, g]
+    drafted: np.ndarray,  # [b] L
+    log_eta: np.ndarray,  # [b, g+1]
+) -> tuple[np.ndarray, np.ndarray]:  # tau [b], log alpha_tau [b]
+    """block_verification for many rows at once (numpy, elementwise over [b, g+1])."""
+    b, g = log_ratio.shape
+    drafted = drafted[:, None]  # [b, 1]
     position = np.arange(g + 1)  # i = 0..g
-    log_ratio = np.where(position[1:] <= drafted, _host(log_ratio), 0.0)  # [b, g], 0 past L
+    log_ratio = np.where(position[1:] <= drafted, log_ratio, 0.0)  # [b, g], 0 past L
     # log alpha_i = min(0, log alpha_{i-1} + log r_i) = S_i - max_{j <= i} S_j with S_i = sum_{j <= i} log r_j
     partial_sums = np.concatenate([np.zeros((b, 1)), np.cumsum(log_ratio, axis=1)], axis=1)
     log_alpha = partial_sums - np.maximum.accumulate(partial_sums, axis=1)  # [b, g+1]
 
-    log_rho = log_residual_mass(log_alpha[:, :-1], _host(delta_norm))  # [b, g] rho_{i+1}, i = 0..g-1
+    log_rho = log_residual_mass(log_alpha[:, :-1], delta_norm)  # [b, g] rho_{i+1}, i = 0..g-1
     with np.errstate(all="ignore"):
         log_one_minus_alpha = _np_log1mexp(log_alpha[:, :-1])
         log_h = np.where(np.isfinite(log_rho), log_rho - np.logaddexp(log_rho, log_one_minus_alpha), -np.inf)
@@ -310,14 +328,53 @@ def block_verification(
     log_h = np.where(position == drafted, log_alpha, log_h)  # h_L = alpha_L
     log_h = np.where(position > drafted, -np.inf, log_h)
 
-    passes = np.log(eta) <= log_h  # [b, g+1]
+    passes = log_eta <= log_h  # [b, g+1]
     num_accepted = np.where(passes, position, 0).max(axis=1)
-    log_alpha_tau = np.take_along_axis(log_alpha, num_accepted[:, None], axis=1)[:, 0]
-    return torch.from_numpy(num_accepted).to(device), torch.from_numpy(log_alpha_tau).to(device)
+    return num_accepted, np.take_along_axis(log_alpha, num_accepted[:, None], axis=1)[:, 0]
 
 
-def _check_inputs(draft_noise, draft_means, target_means, sigma, num_drafted, method, residual, temperature) -> torch.Tensor:
-    """Raises a ValueError naming the first bad input; returns speculated [b, g] (step i < num_drafted)."""
+def _block_verification_rows(
+    log_ratio: np.ndarray,  # [b, g]
+    delta_norm: np.ndarray,  # [b, g]
+    drafted: np.ndarray,  # [b] L
+    log_eta: np.ndarray,  # [b, g+1]
+) -> tuple[np.ndarray, np.ndarray]:  # tau [b], log alpha_tau [b]
+    """block_verification row by row on Python floats. tau is the largest i with eta_i <= h_i, so
+    the scan runs down from i = L and stops at the first pass; h_0 = 1 (alpha_0 = 1), so tau >= 0."""
+    num_accepted = np.zeros(len(drafted), dtype=np.int64)
+    log_alpha_tau = np.zeros(len(drafted))
+    for row, (ratios, norms, etas) in enumerate(zip(log_ratio.tolist(), delta_norm.tolist(), log_eta.tolist())):
+        last = int(drafted[row])  # L
+        log_alpha, partial_sum, peak = [0.0], 0.0, 0.0  # log alpha_i = S_i - max_{j <= i} S_j
+        for i in range(last):
+            partial_sum += ratios[i]
+            peak = max(peak, partial_sum)
+            log_alpha.append(partial_sum - peak)
+        tau = 0
+        if etas[last] <= log_alpha[last]:  # h_L = alpha_L
+            tau = last
+        else:
+            for i in range(last - 1, 0, -1):
+                if etas[i] <= _log_h_scalar(log_alpha[i], norms[i]):
+                    tau = i
+                    break
+        num_accepted[row], log_alpha_tau[row] = tau, log_alpha[tau]
+    return num_accepted, log_alpha_tau
+
+
+def _log_h_scalar(log_alpha: float, delta_norm: float) -> float:
+    """log h_i = log rho_{i+1} - log(rho_{i+1} + 1 - alpha_i), rho_{i+1} = alpha_i Phi(c) - Phi(c - |D|)."""
+    if delta_norm <= 0:  # the means coincide: rho = 0
+        return -math.inf
+    log_rho = _log_cdf_scalar(log_alpha / delta_norm + delta_norm / 2, log_alpha, delta_norm)
+    if not math.isfinite(log_rho):
+        return -math.inf
+    log_one_minus_alpha = _log1mexp_scalar(log_alpha)
+    return log_rho - float(np.logaddexp(log_rho, log_one_minus_alpha))
+
+
+def _check_inputs(draft_noise, draft_means, target_means, sigma, num_drafted, method, residual, temperature) -> None:
+    """Raises a ValueError naming the first bad input (sigma must be > 0 where step i < num_drafted)."""
     if method not in ("sample", "block"):
         raise ValueError(f"gaussian_verify: unknown method {method!r}; use 'sample' or 'block'")
     if residual not in ("reflection", "decomposition"):
@@ -351,7 +408,7 @@ def _check_inputs(draft_noise, draft_means, target_means, sigma, num_drafted, me
         "sigma": torch.isfinite(sigma).all() & ~((sigma[..., :g] <= 0) & speculated).any(),
     }
     if bool(torch.stack(list(checks.values())).all()):
-        return speculated
+        return
     failed = next(name for name, good in checks.items() if not bool(good))  # only to name the culprit
     if failed == "num_drafted":
         raise ValueError(f"gaussian_verify: num_drafted must be [b] with values in 0..{g}")
@@ -378,29 +435,47 @@ def gaussian_verify(
     temperature=omega scales the log density ratio by 1/omega^2 (Appendix I); lossy unless 1.
     Returns tau (num_accepted) and the state of step tau+1: a residual draw if tau < L, else
     a target step from the last drafted state (L = num_drafted, default gamma).
+    Every input is checked first (a ValueError names the bad one); then verify_round.
     """
     b, g, d = draft_noise.shape
     if num_drafted is None:
         num_drafted = torch.full((b,), g, dtype=torch.long, device=draft_noise.device)
     sigma = torch.as_tensor(sigma, dtype=draft_means.dtype, device=draft_means.device)
-    speculated = _check_inputs(draft_noise, draft_means, target_means, sigma, num_drafted, method, residual, temperature)
-    sigma = sigma.expand(b, g + 1)
-    lossless = temperature == 1.0
-    if not lossless:
+    _check_inputs(draft_noise, draft_means, target_means, sigma, num_drafted, method, residual, temperature)
+    if temperature != 1.0:
         warnings.warn(
             f"gaussian_verify: temperature={temperature} != 1 is lossy (Appendix I); samples do not follow the target",
             LossyTemperatureWarning,
             stacklevel=2,
         )
+    return verify_round(draft_noise, draft_means, target_means, sigma.expand(b, g + 1), num_drafted, method, residual,
+                        temperature, generator)
 
-    safe_sigma = torch.where(speculated, sigma[:, :g], torch.ones_like(sigma[:, :g]))
+
+def verify_round(
+    draft_noise: torch.Tensor,  # [b, g, d]
+    draft_means: torch.Tensor,  # [b, g, d]
+    target_means: torch.Tensor,  # [b, g+1, d]
+    sigma: torch.Tensor,  # [b, g+1], > 0 on every speculated step (i < num_drafted)
+    num_drafted: torch.Tensor,  # [b] long, L in 0..g
+    method: str,
+    residual: str,
+    temperature: float,
+    generator: torch.Generator | None,
+) -> GaussianVerifyResult:
+    """gaussian_verify without its input checks or the lossy-temperature warning, for a caller that
+    has validated its inputs already (SpeculativeSampler checks its schedule once and every model
+    output as it comes). Same arguments, in the same shapes, sigma expanded to [b, g+1]."""
+    b, g, d = draft_noise.shape
+    speculated = torch.arange(g, device=sigma.device) < num_drafted.unsqueeze(-1)  # [b, g]
+    safe_sigma = torch.where(speculated, sigma[:, :g], 1.0)
     delta = (draft_means - target_means[:, :g]) / safe_sigma.unsqueeze(-1)  # [b, g, d]
-    delta = torch.where(speculated.unsqueeze(-1), delta, torch.zeros_like(delta))
+    delta = delta * speculated.unsqueeze(-1)  # 0 past L (finite there: safe_sigma)
     log_ratio = log_density_ratio(draft_noise, delta, temperature)  # [b, g]; 0 where the means coincide
 
     if method == "sample":
         num_accepted = sample_verification(log_ratio, num_drafted, generator)
-        log_alpha = torch.zeros(b, dtype=torch.float64, device=delta.device)
+        log_alpha = None
     else:
         num_accepted, log_alpha = block_verification(log_ratio, delta.norm(dim=-1), num_drafted, generator)
 
@@ -415,8 +490,10 @@ def gaussian_verify(
         if residual == "reflection":
             corrected = reflection_residual(draft_noise[r, step], delta[r, step], target_means[r, step], sigma[r, step])
         else:
+            log_alpha_rejected = torch.zeros(len(r), dtype=torch.float64, device=delta.device) if log_alpha is None else log_alpha[rejected]
             corrected = decomposition_residual(
-                delta[r, step], target_means[r, step], sigma[r, step], log_alpha[rejected], generator
+                delta[r, step], target_means[r, step], sigma[r, step], log_alpha_rejected, generator
             )
         next_state = next_state.index_put((r,), corrected)
-    return GaussianVerifyResult(num_accepted=num_accepted, next_state=next_state, rejected=rejected, lossless=lossless)
+    return GaussianVerifyResult(num_accepted=num_accepted, next_state=next_state, rejected=rejected,
+                                lossless=temperature == 1.0)

@@ -93,12 +93,15 @@ class UNetDenoiser:
     """A diffusers UNet2DModel on images [c, h, w] flattened to d = c h w, trained with velocity
     prediction on the rectified flow: v = z - x0, so x0_hat = y - t v_hat. Conditioned on 1000 t."""
 
-    def __init__(self, unet, image_shape=(1, 8, 8), trace: bool = True):
+    def __init__(self, unet, image_shape=(1, 8, 8), trace: bool = True, max_batch: int = 256):
         self.unet = unet.eval().requires_grad_(False)
         self.image_shape = tuple(image_shape)
         self.dim = math.prod(self.image_shape)
         self._forward = None
         self.trace = trace
+        # larger calls run in chunks of max_batch states: same outputs, and on CPU a quarter cheaper
+        # per state at 2048 states (the activations of a chunk stay in cache; docs/continuous.md)
+        self.max_batch = max_batch
 
     def velocity(self, images: torch.Tensor, model_time: torch.Tensor) -> torch.Tensor:
         if self._forward is None:
@@ -116,8 +119,14 @@ class UNetDenoiser:
     def __call__(self, states: torch.Tensor, steps: torch.Tensor, schedule: Schedule) -> torch.Tensor:
         t = schedule.model_time[steps].to(torch.float32)  # [n]
         images = states.to(torch.float32).reshape(-1, *self.image_shape)
+        model_time = 1000.0 * t
         with torch.inference_mode():
-            v_hat = self.velocity(images, 1000.0 * t).reshape(states.shape[0], -1)
+            if images.shape[0] <= self.max_batch:
+                v_hat = self.velocity(images, model_time)
+            else:
+                v_hat = torch.cat([self.velocity(images[i:i + self.max_batch], model_time[i:i + self.max_batch])
+                                   for i in range(0, images.shape[0], self.max_batch)])
+            v_hat = v_hat.reshape(states.shape[0], -1)
         return (states - t.to(states.dtype).unsqueeze(-1) * v_hat.to(states.dtype))
 
 

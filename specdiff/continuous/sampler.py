@@ -6,13 +6,16 @@ sigma = 0 (the last step, or churn 0) are never speculated: such a round is a pl
 """
 from __future__ import annotations
 
+import math
 import time
+import warnings
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from specdiff.continuous.drafters import make_drafter
-from specdiff.continuous.gaussian import gaussian_verify
+from specdiff.continuous.gaussian import LossyTemperatureWarning, verify_round
 from specdiff.continuous.models import Target
 from specdiff.continuous.schedules import score_from_denoised, transition_mean
 
@@ -96,8 +99,17 @@ class SpeculativeSampler:
     ):
         if draft_length < 1:
             raise ValueError(f"SpeculativeSampler: draft_length must be >= 1, got {draft_length}")
+        if method not in ("sample", "block"):
+            raise ValueError(f"SpeculativeSampler: unknown method {method!r}; use 'sample' or 'block'")
+        if residual not in ("reflection", "decomposition"):
+            raise ValueError(f"SpeculativeSampler: unknown residual {residual!r}; use 'reflection' or 'decomposition'")
         if method == "block" and residual != "decomposition":
             raise ValueError("SpeculativeSampler: block verification needs residual='decomposition'")
+        if not temperature > 0 or not math.isfinite(temperature):
+            raise ValueError(f"SpeculativeSampler: temperature must be a positive number, got {temperature}")
+        schedule = target.schedule
+        if not all(bool(torch.isfinite(getattr(schedule, name)).all()) for name in schedule.COEFFICIENTS):
+            raise ValueError("SpeculativeSampler: the schedule's coefficients must be finite")
         self.target = target
         self.drafter = make_drafter(drafter)
         self.draft_length = draft_length
@@ -115,101 +127,107 @@ class SpeculativeSampler:
         schedule = target.schedule.to(initial.dtype)  # coefficients gathered without casts
         K = schedule.num_steps
         n, d = initial.shape
+        if self.temperature != 1.0:
+            warnings.warn(f"SpeculativeSampler: temperature={self.temperature} != 1 is lossy (Appendix I); samples "
+                          "do not follow the target", LossyTemperatureWarning, stacklevel=2)
         start = time.perf_counter()
-        state = initial.clone()
-        step = torch.zeros(n, dtype=torch.long)
-        rounds = torch.zeros(n, dtype=torch.long)
-        target_calls = torch.zeros(n, dtype=torch.long)
-        drafter_calls = torch.zeros(n, dtype=torch.long)
-        cached_score = torch.zeros_like(state)
-        has_cache = torch.zeros(n, dtype=torch.bool)
-        every_row_cached = False  # Free drafter: after its first round no row needs a root call
+        state = _checked(initial, "the initial state").clone()  # [n, d]
+        cached_score = torch.zeros_like(state)  # [n, d] Free drafter: the score at the parent of the state
+        # per-row bookkeeping is host-side numpy (a sample at a time pays per tensor op); states stay tensors
+        step = np.zeros(n, dtype=np.int64)  # [n] k
+        rounds, target_calls, drafter_calls = (np.zeros(n, dtype=np.int64) for _ in range(3))
+        has_cache = np.zeros(n, dtype=bool)
+        lengths = self.lengths.numpy()  # [K+1] L(k)
+        position = np.arange(gamma + 1)
         evaluations = 0
-        position = torch.arange(gamma + 1)
 
         while True:
-            active = step < K
-            num_active = int(active.sum())
-            if num_active == 0:
+            active = np.flatnonzero(step < K)  # [b] rows still sampling
+            if active.size == 0:
                 break
-            rows = None if num_active == n else active.nonzero().squeeze(-1)  # None: every row
-            y, k = _take(state, rows), _take(step, rows)  # [b, d], [b]
-            b = y.shape[0]
-            num_drafted = self.lengths[k]  # [b] L
+            b = active.size
+            rows = None if b == n else torch.from_numpy(active)  # None: every row
+            k_host = step[active]  # [b]
+            drafted = lengths[k_host]  # [b] L
+            y, k = _take(state, rows), torch.from_numpy(k_host)  # [b, d], [b]
             draft_noise = torch.randn((b, gamma, d), generator=generator, dtype=y.dtype)
-            draft_noise = draft_noise * (position[1:] <= num_drafted.unsqueeze(-1)).unsqueeze(-1)
+            if (drafted < gamma).any():  # no noise past L
+                draft_noise = draft_noise * torch.from_numpy(position[1:] <= drafted[:, None]).unsqueeze(-1)
 
-            # the frozen score: a root target call (Frozen; Free on its first round), or the cache (Free)
-            if drafter.reuses_verification and every_row_cached:
-                needs_root = None
-            else:
-                needs_root = num_drafted > 0
-                if drafter.reuses_verification:
-                    needs_root &= ~_take(has_cache, rows)
-                elif not drafter.needs_root_call:
-                    needs_root &= False
-                if not bool(needs_root.any()):
-                    needs_root = None
+            # the frozen score: a root target call (Frozen; Free where no verification output exists yet)
+            needs_root = np.zeros(b, dtype=bool)
+            if drafter.needs_root_call:
+                needs_root = drafted > 0
+            elif drafter.reuses_verification:
+                needs_root = (drafted > 0) & ~has_cache[active]
             root_denoised = torch.zeros_like(y)
-            if needs_root is not None:
-                root_denoised[needs_root] = target.denoise(y[needs_root], k[needs_root])
-                _add(target_calls, rows, needs_root.long())
+            if needs_root.any():
+                root = torch.from_numpy(np.flatnonzero(needs_root))
+                root_denoised[root] = _checked(target.denoise(y[root], k[root]))
+                target_calls[active[needs_root]] += 1
                 evaluations += int(needs_root.sum())
             if drafter.reuses_verification:
                 frozen_score = _take(cached_score, rows)
-                if needs_root is not None:
+                if needs_root.any():
                     root_score = score_from_denoised(schedule, y, k, root_denoised)
-                    frozen_score = torch.where(needs_root.unsqueeze(-1), root_score, frozen_score)
+                    frozen_score = torch.where(torch.from_numpy(needs_root).unsqueeze(-1), root_score, frozen_score)
             elif drafter.needs_root_call:
                 frozen_score = score_from_denoised(schedule, y, k, root_denoised)
             else:
                 frozen_score = None  # a separate model does not use the target's score
             draft_means, draft_states = drafter.draft(schedule, y, k, frozen_score, draft_noise)
             if drafter.name == "model":
-                _add(drafter_calls, rows, gamma)
+                drafter_calls[active] += gamma
+                _checked(draft_means, "the drafter model's output")
 
             # ONE batched target call on y_hat_0..y_hat_L of every row
             all_states = torch.cat([y.unsqueeze(1), draft_states], dim=1)  # [b, g+1, d]
-            all_steps = (k.unsqueeze(-1) + position).clamp(max=K - 1)  # [b, g+1]
-            evaluate = position <= num_drafted.unsqueeze(-1)  # [b, g+1]
-            if needs_root is not None:
-                evaluate[:, 0] &= ~needs_root  # already evaluated by the root call
-            if bool(evaluate.all()):  # the common case: no padding, no root call
-                denoised = target.denoise(all_states.reshape(-1, d), all_steps.reshape(-1)).reshape(b, gamma + 1, d)
-                _add(target_calls, rows, 1)
+            steps_host = np.minimum(k_host[:, None] + position, K - 1)  # [b, g+1]
+            all_steps = torch.from_numpy(steps_host)
+            evaluate = (position <= drafted[:, None]) & ~(needs_root[:, None] & (position == 0))  # [b, g+1]
+            if evaluate.all():  # the common case: no padding, no root call
+                denoised = _checked(target.denoise(all_states.reshape(-1, d), all_steps.reshape(-1)))
+                denoised = denoised.reshape(b, gamma + 1, d)
+                target_calls[active] += 1
                 evaluations += b * (gamma + 1)
             else:
                 denoised = torch.zeros_like(all_states)
                 denoised[:, 0] = root_denoised
-                if bool(evaluate.any()):
-                    denoised[evaluate] = target.denoise(all_states[evaluate], all_steps[evaluate])
-                    _add(target_calls, rows, evaluate.any(-1).long())
+                if evaluate.any():
+                    mask = torch.from_numpy(evaluate)
+                    denoised[mask] = _checked(target.denoise(all_states[mask], all_steps[mask]))
+                    target_calls[active[evaluate.any(-1)]] += 1
                     evaluations += int(evaluate.sum())
             target_means = transition_mean(
                 schedule, all_states.reshape(-1, d), all_steps.reshape(-1), denoised.reshape(-1, d)
             ).reshape(b, gamma + 1, d)
             sigma = schedule.step_std[all_steps]  # [b, g+1]
 
-            result = gaussian_verify(
-                draft_noise, draft_means, target_means, sigma,
-                method=self.method, residual=self.residual, temperature=self.temperature,
-                generator=generator, num_drafted=num_drafted,
-            )
-            tau = result.num_accepted
+            # gaussian_verify's checks hold by construction: sigma > 0 on the L(k) speculated steps
+            # (speculation_lengths), a finite schedule (checked in __init__) and finite model outputs (_checked)
+            result = verify_round(draft_noise, draft_means, target_means, sigma, torch.from_numpy(drafted),
+                                  self.method, self.residual, self.temperature, generator)
+            tau = result.num_accepted.cpu().numpy()  # [b]
             _put(state, rows, result.next_state)
-            _put(step, rows, k + tau + 1)
-            _add(rounds, rows, 1)
+            step[active] = k_host + tau + 1
+            rounds[active] += 1
             if drafter.reuses_verification:  # the score at the parent y_hat_tau of the new state
-                index = torch.arange(b)
+                index, parent = torch.arange(b), torch.from_numpy(tau)
                 _put(cached_score, rows, score_from_denoised(
-                    schedule, all_states[index, tau], all_steps[index, tau], denoised[index, tau]
+                    schedule, all_states[index, parent], all_steps[index, parent], denoised[index, parent]
                 ))
-                if not every_row_cached:
-                    _put(has_cache, rows, True)
-                    every_row_cached = bool(has_cache.all())
+                has_cache[active] = True
 
-        stats = SampleStats(K, rounds, target_calls, drafter_calls, time.perf_counter() - start, evaluations)
+        stats = SampleStats(K, torch.from_numpy(rounds), torch.from_numpy(target_calls),
+                            torch.from_numpy(drafter_calls), time.perf_counter() - start, evaluations)
         return state, stats
+
+
+def _checked(values: torch.Tensor, what: str = "the target model's output") -> torch.Tensor:
+    """values, after a clear error if they hold NaN or inf (one host sync)."""
+    if not bool(torch.isfinite(values).all()):
+        raise ValueError(f"SpeculativeSampler: {what} contains NaN or inf")
+    return values
 
 
 def _take(tensor: torch.Tensor, rows: torch.Tensor | None) -> torch.Tensor:
@@ -221,10 +239,3 @@ def _put(tensor: torch.Tensor, rows: torch.Tensor | None, values) -> None:
         tensor[...] = values
     else:
         tensor[rows] = values
-
-
-def _add(tensor: torch.Tensor, rows: torch.Tensor | None, values) -> None:
-    if rows is None:
-        tensor += values
-    else:
-        tensor[rows] += values
