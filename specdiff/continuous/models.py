@@ -117,17 +117,16 @@ class UNetDenoiser:
         return self._forward(images, model_time)
 
     def __call__(self, states: torch.Tensor, steps: torch.Tensor, schedule: Schedule) -> torch.Tensor:
-        t = schedule.model_time[steps].to(torch.float32)  # [n]
+        t = schedule.model_time[steps].to(states.dtype).unsqueeze(-1)  # [n, 1]
         images = states.to(torch.float32).reshape(-1, *self.image_shape)
-        model_time = 1000.0 * t
+        model_time = 1000.0 * t.to(torch.float32).reshape(-1)  # [n]
         with torch.inference_mode():
             if images.shape[0] <= self.max_batch:
                 v_hat = self.velocity(images, model_time)
             else:
                 v_hat = torch.cat([self.velocity(images[i:i + self.max_batch], model_time[i:i + self.max_batch])
                                    for i in range(0, images.shape[0], self.max_batch)])
-            v_hat = v_hat.reshape(states.shape[0], -1)
-        return (states - t.to(states.dtype).unsqueeze(-1) * v_hat.to(states.dtype))
+        return torch.addcmul(states, t, v_hat.reshape(states.shape).to(states.dtype), value=-1.0)  # y - t v_hat
 
 
 def digits_unet_config() -> dict:

@@ -12,7 +12,16 @@ import torch
 from scipy import special, stats
 
 from specdiff.continuous import LossyTemperatureWarning, acceptance_probability, gaussian_verify
-from specdiff.continuous.gaussian import SCALAR_ROWS, _solve_psi_scalar, _solve_psi_vector, decomposition_residual, sample_psi
+from specdiff.continuous.gaussian import (
+    SCALAR_ROWS,
+    GaussianVerifyResult,
+    _block_verification_rows,
+    _block_verification_vector,
+    _solve_psi_scalar,
+    _solve_psi_vector,
+    decomposition_residual,
+    sample_psi,
+)
 
 P_MIN = 1e-3
 
@@ -137,9 +146,10 @@ def test_closed_form_is_one_minus_total_variation_at_omega_one():
 # ----------------------------------------------------------------------------- several steps
 
 
-def _linear_chain_round(method, residual, n=20_000, gamma=4, d=3, seed=6):
+def _linear_chain_round(method, residual, n=20_000, gamma=4, d=3, seed=6, rows_per_call=None):
     """Target steps m^q_i(y) = 0.8 y + b_i; the drafter adds a wrong drift c_i. One round from y_0 = 0,
-    then target steps up to step gamma + 1. Returns the final states and tau."""
+    then target steps up to step gamma + 1. Returns the final states and tau. rows_per_call: verify
+    the n rows in calls of that many (SCALAR_ROWS: the row-by-row host path) instead of one call."""
     g = torch.Generator().manual_seed(seed)
     b = torch.randn(gamma + 1, d, generator=g, dtype=torch.float64)
     c = torch.randn(gamma, d, generator=g, dtype=torch.float64) * 0.6
@@ -151,7 +161,14 @@ def _linear_chain_round(method, residual, n=20_000, gamma=4, d=3, seed=6):
         draft_means.append(0.8 * states[-1] + b[i] + c[i])
         states.append(draft_means[-1] + sigma[i] * z[:, i])
     target_means = torch.stack([0.8 * s + b[i] for i, s in enumerate(states)], 1)  # [n, g+1, d]
-    result = gaussian_verify(z, torch.stack(draft_means, 1), target_means, sigma, method=method, residual=residual, generator=g)
+    draft_means = torch.stack(draft_means, 1)
+    if rows_per_call is None:
+        result = gaussian_verify(z, draft_means, target_means, sigma, method=method, residual=residual, generator=g)
+    else:
+        parts = [gaussian_verify(z[i:i + rows_per_call], draft_means[i:i + rows_per_call], target_means[i:i + rows_per_call],
+                                 sigma, method=method, residual=residual, generator=g) for i in range(0, n, rows_per_call)]
+        result = GaussianVerifyResult(torch.cat([r.num_accepted for r in parts]), torch.cat([r.next_state for r in parts]),
+                                      torch.cat([r.rejected for r in parts]), True)
     y = result.next_state
     for step in range(gamma + 1):  # finish: rows at step tau + 1 < i take target step i
         moving = (result.num_accepted + 1 <= step).unsqueeze(-1)
@@ -169,6 +186,33 @@ def test_round_then_target_steps_give_the_exact_marginal(method, residual):
     for direction in torch.eye(3, dtype=torch.float64):
         assert stats.kstest(((y - mean) @ direction / std).numpy(), "norm").pvalue > P_MIN
     assert 0 < tau.double().mean() < 4
+
+
+@pytest.mark.parametrize("method,residual", [("sample", "reflection"), ("block", "decomposition")])
+def test_round_verified_a_few_rows_at_a_time_gives_the_exact_marginal(method, residual):
+    """The host paths for few rows (block verification and psi row by row on Python floats, the
+    one-sample-at-a-time case of the bench): 2,500 calls of SCALAR_ROWS rows."""
+    y, tau, mean, std = _linear_chain_round(method, residual, rows_per_call=SCALAR_ROWS, seed=11)
+    for direction in torch.eye(3, dtype=torch.float64):
+        assert stats.kstest(((y - mean) @ direction / std).numpy(), "norm").pvalue > P_MIN
+    assert 0 < tau.double().mean() < 4
+
+
+def test_block_verification_row_by_row_matches_the_vectorised_rule():
+    """Same inputs and uniforms: the Python-float scan (<= SCALAR_ROWS rows) and the numpy rule (more
+    rows) return the same tau and alpha_tau, over ratios from -50 to 3, coinciding means and every L."""
+    rng = np.random.default_rng(3)
+    b, g = 4000, 7
+    log_ratio = np.where(rng.random((b, g)) < 0.1, 0.0, rng.normal(-1.0, 2.0, (b, g)).clip(-50, 3))
+    delta_norm = np.where(log_ratio == 0.0, 0.0, np.exp(rng.uniform(-5, 2.5, (b, g))))
+    drafted = rng.integers(0, g + 1, b)
+    log_eta = np.log(1 - rng.random((b, g + 1)))
+    with np.errstate(all="ignore"):
+        tau_vector, log_alpha_vector = _block_verification_vector(log_ratio, delta_norm, drafted, log_eta)
+    tau_rows, log_alpha_rows = _block_verification_rows(log_ratio, delta_norm, drafted, log_eta)
+    assert np.array_equal(tau_rows, tau_vector)
+    assert np.allclose(log_alpha_rows, log_alpha_vector, rtol=1e-12, atol=1e-12)
+    assert len(set(tau_rows.tolist())) == g + 1  # every tau occurs: the cases are not all alike
 
 
 def test_block_accepts_at_least_as_many_as_sample():

@@ -103,3 +103,23 @@ def test_sampler_rejects_bad_configuration():
         SpeculativeSampler(target, drafter="lazy")
     with pytest.raises(ValueError, match="churn"):
         rectified_flow_schedule(10, churn=1.5)
+
+
+def test_sampler_names_a_model_output_with_nan():
+    """The sampler validates once (schedule, initial state) and then every model output as it comes,
+    instead of re-checking every verification input each round."""
+    mixture = gaussian_mixture_2d()
+
+    def broken(states, steps, schedule):  # NaN from step 5 on
+        out = mixture(states, steps, schedule)
+        return torch.where((steps >= 5).unsqueeze(-1), torch.full_like(out, float("nan")), out)
+
+    target = Target(rectified_flow_schedule(12, 0.5), broken, 2)
+    noise = initial_noise(4, 2, torch.Generator().manual_seed(0), torch.float64)
+    for method, residual in (("sample", "reflection"), ("block", "decomposition")):
+        with pytest.raises(ValueError, match="target model's output contains NaN"):
+            SpeculativeSampler(target, "free", 3, method, residual).sample(noise, torch.Generator().manual_seed(1))
+    with pytest.raises(ValueError, match="drafter model's output contains NaN"):
+        SpeculativeSampler(_target(mixture, steps=12), broken, 3).sample(noise, torch.Generator().manual_seed(1))
+    with pytest.raises(ValueError, match="initial state"):
+        SpeculativeSampler(_target(mixture)).sample(torch.full((2, 2), float("nan")))
