@@ -198,22 +198,24 @@ def sample_psi(
     floats for a few rows (the one-sample-at-a-time case) and in numpy for many; it runs once per
     rejected row, and numpy's or Python's per-call cost is a fraction of torch's on tiny arrays.
     """
-    log_alpha_t = log_alpha.to(torch.float64)
-    delta_norm_t = delta_norm.to(torch.float64)
-    if bool((delta_norm_t <= 0).any()):
+    if bool((delta_norm <= 0).any()):
         raise ValueError("sample_psi: the residual is empty where the means coincide (|Delta| = 0)")
-    uniform = 1.0 - torch.rand(delta_norm_t.shape, generator=generator, dtype=torch.float64)
-    log_uniform = np.log(uniform.numpy())
-    log_alpha_np, delta_norm_np = log_alpha_t.cpu().numpy(), delta_norm_t.cpu().numpy()
-    if log_alpha_np.size <= SCALAR_ROWS:
-        u = np.array([
-            _solve_psi_scalar(float(a), float(d), float(v), max_iterations, tolerance, max_doubling)
-            for a, d, v in zip(log_alpha_np.ravel(), delta_norm_np.ravel(), log_uniform.ravel())
-        ]).reshape(log_alpha_np.shape)
-    else:
-        with np.errstate(all="ignore"):
-            u = _solve_psi_vector(log_alpha_np, delta_norm_np, log_uniform, max_iterations, tolerance, max_doubling)
-    return torch.from_numpy(u).to(delta_norm_t.device)
+    u = _sample_psi_host(_host(log_alpha), _host(delta_norm), generator, delta_norm.device, max_iterations, tolerance,
+                         max_doubling)
+    return torch.from_numpy(u).to(delta_norm.device)
+
+
+def _sample_psi_host(log_alpha: np.ndarray, delta_norm: np.ndarray, generator, device="cpu", max_iterations: int = 60,
+                     tolerance: float = 1e-11, max_doubling: int = 64) -> np.ndarray:
+    """sample_psi on float64 host arrays (|Delta| > 0 assumed); V ~ U(0, 1] from the caller's generator."""
+    log_uniform = np.log(_uniform(delta_norm.shape, generator, device))
+    if log_alpha.size <= SCALAR_ROWS:
+        return np.array([
+            _solve_psi_scalar(a, d, v, max_iterations, tolerance, max_doubling)
+            for a, d, v in zip(log_alpha.ravel().tolist(), delta_norm.ravel().tolist(), log_uniform.ravel().tolist())
+        ]).reshape(log_alpha.shape)
+    with np.errstate(all="ignore"):
+        return _solve_psi_vector(log_alpha, delta_norm, log_uniform, max_iterations, tolerance, max_doubling)
 
 
 # ----------------------------------------------------------------------------- residuals
@@ -272,12 +274,15 @@ def sample_verification(
 ) -> torch.Tensor:  # [b] long
     """Algorithm 2: accept draft i with probability min(1, q/p); tau = the first rejection - 1.
     The [b, g] decisions are scalars per step, computed on the host in float64."""
-    b, g = log_ratio.shape
-    eta = _uniform((b, g), generator, log_ratio.device)
-    drafted = num_drafted.cpu().numpy()
-    accepted = (np.log(eta) <= _host(log_ratio)) | (np.arange(g) >= drafted[:, None])
-    num_accepted = np.minimum(np.cumprod(accepted, axis=1).sum(axis=1), drafted)
+    eta = _uniform(log_ratio.shape, generator, log_ratio.device)
+    num_accepted = _sample_verification_host(_host(log_ratio), num_drafted.cpu().numpy(), eta)
     return torch.from_numpy(num_accepted).to(log_ratio.device)
+
+
+def _sample_verification_host(log_ratio: np.ndarray, drafted: np.ndarray, eta: np.ndarray) -> np.ndarray:
+    """Algorithm 2 on host arrays: log_ratio, eta [b, g]; drafted [b] L. Returns tau [b]."""
+    accepted = (np.log(eta) <= log_ratio) | (np.arange(log_ratio.shape[1]) >= drafted[:, None])
+    return np.minimum(np.cumprod(accepted, axis=1).sum(axis=1), drafted)
 
 
 def block_verification(
@@ -465,7 +470,22 @@ def verify_round(
 ) -> GaussianVerifyResult:
     """gaussian_verify without its input checks or the lossy-temperature warning, for a caller that
     has validated its inputs already (SpeculativeSampler checks its schedule once and every model
-    output as it comes). Same arguments, in the same shapes, sigma expanded to [b, g+1]."""
+    output as it comes). Same arguments, in the same shapes, sigma expanded to [b, g+1].
+
+    Up to SCALAR_ROWS rows on the CPU (one sample at a time) the round runs on float64 numpy copies
+    (_verify_round_host): a tensor op costs ~6-30 us here, a numpy op on 64 numbers ~1-3 us. It
+    draws the same random numbers in the same order as the tensor path, so both return the same
+    result up to rounding (tested)."""
+    if draft_noise.shape[0] <= SCALAR_ROWS and draft_noise.device.type == "cpu":
+        return _verify_round_host(draft_noise, draft_means, target_means, sigma, num_drafted, method, residual,
+                                  temperature, generator)
+    return _verify_round_tensor(draft_noise, draft_means, target_means, sigma, num_drafted, method, residual,
+                                temperature, generator)
+
+
+def _verify_round_tensor(draft_noise, draft_means, target_means, sigma, num_drafted, method, residual, temperature,
+                         generator) -> GaussianVerifyResult:
+    """verify_round in tensor ops, on the tensors' device (any number of rows)."""
     b, g, d = draft_noise.shape
     speculated = torch.arange(g, device=sigma.device) < num_drafted.unsqueeze(-1)  # [b, g]
     safe_sigma = torch.where(speculated, sigma[:, :g], 1.0)
@@ -497,3 +517,43 @@ def verify_round(
         next_state = next_state.index_put((r,), corrected)
     return GaussianVerifyResult(num_accepted=num_accepted, next_state=next_state, rejected=rejected,
                                 lossless=temperature == 1.0)
+
+
+def _verify_round_host(draft_noise, draft_means, target_means, sigma, num_drafted, method, residual, temperature,
+                       generator) -> GaussianVerifyResult:
+    """verify_round on float64 numpy copies of a few CPU rows; random draws as in _verify_round_tensor."""
+    b, g, d = draft_noise.shape
+    dtype = draft_means.dtype
+    drafted = num_drafted.numpy()  # [b] L
+    z, m_p, m_q, sd = _host(draft_noise), _host(draft_means), _host(target_means), _host(sigma)
+    speculated = np.arange(g) < drafted[:, None]  # [b, g]
+    safe_sigma = np.where(speculated, sd[:, :g], 1.0)[..., None]  # [b, g, 1]
+    delta = np.where(speculated[..., None], (m_p - m_q[:, :g]) / safe_sigma, 0.0)  # [b, g, d] Delta_i
+    delta_sq = (delta * delta).sum(-1)  # [b, g] |Delta_i|^2
+    log_ratio = -((z * delta).sum(-1) + 0.5 * delta_sq) / temperature**2  # log q/p (Appendix A.2, I.1)
+
+    if method == "sample":
+        num_accepted = _sample_verification_host(log_ratio, drafted, _uniform((b, g), generator, "cpu"))
+        log_alpha = np.zeros(b)
+    else:
+        log_eta = np.log(_uniform((b, g + 1), generator, "cpu"))
+        num_accepted, log_alpha = _block_verification_rows(log_ratio, np.sqrt(delta_sq), drafted, log_eta)
+
+    rows = np.arange(b)
+    bonus_noise = _host(torch.randn((b, d), generator=generator, dtype=dtype))  # a target step from y_hat_tau
+    next_state = m_q[rows, num_accepted] + sd[rows, num_accepted, None] * bonus_noise
+    rejected = num_accepted < drafted
+    if rejected.any():
+        r = np.flatnonzero(rejected)
+        step = num_accepted[r]  # the rejected draft is number step+1, at index step
+        delta_norm = np.sqrt(delta_sq[r, step])[:, None]  # [n, 1] > 0 where a draft is rejected
+        e = delta[r, step] / np.maximum(delta_norm, 1e-300)  # [n, d]
+        if residual == "reflection":  # Algorithm 4: (Id - 2 e e^T) z
+            noise = z[r, step] - 2 * (z[r, step] * e).sum(-1, keepdims=True) * e
+        else:  # Algorithm 5: U e + Z_perp, U ~ psi_alpha
+            along_e = _sample_psi_host(log_alpha[r], delta_norm[:, 0], generator)
+            fresh = _host(torch.randn((len(r), d), generator=generator, dtype=dtype))
+            noise = along_e[:, None] * e + fresh - (fresh * e).sum(-1, keepdims=True) * e
+        next_state[r] = m_q[r, step] + sd[r, step, None] * noise
+    return GaussianVerifyResult(num_accepted=torch.from_numpy(num_accepted), next_state=torch.from_numpy(next_state).to(dtype),
+                                rejected=torch.from_numpy(rejected), lossless=temperature == 1.0)

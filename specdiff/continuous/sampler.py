@@ -160,9 +160,10 @@ class SpeculativeSampler:
                 needs_root = drafted > 0
             elif drafter.reuses_verification:
                 needs_root = (drafted > 0) & ~has_cache[active]
-            root_denoised = torch.zeros_like(y)
+            root_denoised = None  # [b, d] where needs_root
             if needs_root.any():
                 root = torch.from_numpy(np.flatnonzero(needs_root))
+                root_denoised = torch.zeros_like(y)
                 root_denoised[root] = _checked(target.denoise(y[root], k[root]))
                 target_calls[active[needs_root]] += 1
                 evaluations += int(needs_root.sum())
@@ -171,8 +172,8 @@ class SpeculativeSampler:
                 if needs_root.any():
                     root_score = score_from_denoised(schedule, y, k, root_denoised)
                     frozen_score = torch.where(torch.from_numpy(needs_root).unsqueeze(-1), root_score, frozen_score)
-            elif drafter.needs_root_call:
-                frozen_score = score_from_denoised(schedule, y, k, root_denoised)
+            elif drafter.needs_root_call:  # (no root call when no row drafts: the score is then unused)
+                frozen_score = torch.zeros_like(y) if root_denoised is None else score_from_denoised(schedule, y, k, root_denoised)
             else:
                 frozen_score = None  # a separate model does not use the target's score
             draft_means, draft_states = drafter.draft(schedule, y, k, frozen_score, draft_noise)
@@ -192,7 +193,8 @@ class SpeculativeSampler:
                 evaluations += b * (gamma + 1)
             else:
                 denoised = torch.zeros_like(all_states)
-                denoised[:, 0] = root_denoised
+                if root_denoised is not None:
+                    denoised[:, 0] = root_denoised
                 if evaluate.any():
                     mask = torch.from_numpy(evaluate)
                     denoised[mask] = _checked(target.denoise(all_states[mask], all_steps[mask]))

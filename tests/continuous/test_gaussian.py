@@ -17,6 +17,8 @@ from specdiff.continuous.gaussian import (
     GaussianVerifyResult,
     _block_verification_rows,
     _block_verification_vector,
+    _verify_round_host,
+    _verify_round_tensor,
     _solve_psi_scalar,
     _solve_psi_vector,
     decomposition_residual,
@@ -188,7 +190,32 @@ def test_round_then_target_steps_give_the_exact_marginal(method, residual):
     assert 0 < tau.double().mean() < 4
 
 
-@pytest.mark.parametrize("method,residual", [("sample", "reflection"), ("block", "decomposition")])
+@pytest.mark.parametrize("method,residual", [("sample", "reflection"), ("sample", "decomposition"), ("block", "decomposition")])
+def test_host_round_equals_the_tensor_round(method, residual):
+    """A few CPU rows are verified on float64 numpy copies: same random draws in the same order as
+    the tensor ops, so the same tau, rejections and next state (to rounding), over 300 rounds of
+    8 rows with every L in 0..gamma and drafts both close to and far from the target."""
+    g, d = 5, 6
+    cases = torch.Generator().manual_seed(12)
+    rejected_rows = 0
+    for round_index in range(300):
+        z = torch.randn(SCALAR_ROWS, g, d, generator=cases, dtype=torch.float64)
+        target_means = torch.randn(SCALAR_ROWS, g + 1, d, generator=cases, dtype=torch.float64)
+        scale = 0.05 + 1.5 * torch.rand(SCALAR_ROWS, 1, 1, generator=cases, dtype=torch.float64)
+        draft_means = target_means[:, :g] + scale * torch.randn(SCALAR_ROWS, g, d, generator=cases, dtype=torch.float64)
+        sigma = 0.3 + torch.rand(SCALAR_ROWS, g + 1, generator=cases, dtype=torch.float64)
+        drafted = torch.randint(0, g + 1, (SCALAR_ROWS,), generator=cases)
+        args = (z, draft_means, target_means, sigma, drafted, method, residual, 1.0)
+        host = _verify_round_host(*args, torch.Generator().manual_seed(round_index))
+        tensor = _verify_round_tensor(*args, torch.Generator().manual_seed(round_index))
+        assert torch.equal(host.num_accepted, tensor.num_accepted)
+        assert torch.equal(host.rejected, tensor.rejected)
+        assert torch.allclose(host.next_state, tensor.next_state, rtol=1e-9, atol=1e-9)
+        rejected_rows += int(host.rejected.sum())
+    assert rejected_rows > 300  # the residual paths ran
+
+
+@pytest.mark.parametrize("method,residual", [("sample", "reflection"), ("sample", "decomposition"), ("block", "decomposition")])
 def test_round_verified_a_few_rows_at_a_time_gives_the_exact_marginal(method, residual):
     """The host paths for few rows (block verification and psi row by row on Python floats, the
     one-sample-at-a-time case of the bench): 2,500 calls of SCALAR_ROWS rows."""
