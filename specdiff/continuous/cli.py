@@ -47,7 +47,9 @@ def register(subparsers) -> None:
     p.add_argument("--gamma", type=int, default=7)
     p.add_argument("--num-timing", type=int, default=50, help="single samples timed per method (median)")
     p.add_argument("--fd-samples", type=int, default=None, help="batch size for the Frechet distance (default 256)")
-    p.add_argument("--fd-max-steps", type=int, default=250, help="compute FD only for K <= this")
+    p.add_argument("--fd-steps", type=int, nargs="+", default=[250],
+                   help="K values that get a Frechet distance (default 250, where the FD target is; each FD "
+                        "unit is a large batch of every method, e.g. ~2.5 min at K = 250 on one core)")
     p.add_argument("--ddpm-fd-seeds", type=int, default=3, help="DDPM FD runs, for its spread")
     p.add_argument("--timing-parts", type=int, default=2, help="timing units per K (they run in parallel)")
     p.add_argument("--model-call", choices=("eager", "traced"), default="eager",
@@ -181,7 +183,7 @@ def _bench(args) -> int:
 
     result = run_bench(
         steps=steps, churns=args.churns, draft_length=args.gamma, num_timing=args.num_timing,
-        fd_samples=fd_samples, fd_max_steps=args.fd_max_steps, ddpm_fd_seeds=args.ddpm_fd_seeds,
+        fd_samples=fd_samples, fd_steps=args.fd_steps, ddpm_fd_seeds=args.ddpm_fd_seeds,
         model_call=args.model_call, workers=args.workers, threads=args.threads, seed=args.seed,
         weights=args.weights, db=args.db or DEFAULT_DB, fresh=args.fresh, executor=args.executor,
         progress=not args.json, on_unit=report, timing_parts=args.timing_parts,

@@ -9,7 +9,7 @@ import pytest
 from specdiff.continuous.bench import ALL_METHODS, Unit, grid_units, markdown_table, run_bench, run_to_run_spread, target_checks
 from specdiff.eval.store import ResultStore, settings_id
 
-TINY = dict(steps=(4, 6), churns=(0.5,), num_timing=2, fd_samples=24, fd_max_steps=4, ddpm_fd_seeds=2,
+TINY = dict(steps=(4, 6), churns=(0.5,), num_timing=2, fd_samples=24, fd_steps=(4,), ddpm_fd_seeds=2,
             draft_length=3, workers=1, progress=False)
 
 
@@ -24,7 +24,7 @@ def test_store_writes_each_unit_once(tmp_path):
 
 
 def test_grid_runs_the_longest_units_first():
-    units = grid_units([50, 1000, 250], [0.25, 0.5], fd_max_steps=250, fd_samples=10)
+    units = grid_units([50, 1000, 250], [0.25, 0.5], fd_steps=(50, 250), fd_samples=10)
     assert [(u.kind, u.steps, u.first, u.last) for u in units][:2] == [("time", 1000, 0, 25), ("time", 1000, 25, 50)]
     assert sum(u.kind == "time" for u in units) == 6  # 3 K x 2 shares, each covering both churns
     assert {u.key for u in units if u.kind == "fd"} == {Unit("fd", c, k).key for c in (0.25, 0.5) for k in (50, 250)}
@@ -60,7 +60,7 @@ def test_killed_bench_keeps_finished_units_and_resumes_without_duplicates(tmp_pa
     assert [(r["steps"], r["method"]) for r in rows] == [(k, m) for k in (4, 6) for m in ALL_METHODS]
     for row in rows:
         assert row["num_timing_samples"] == 2 and row["speedup"] > 0 and 1.0 <= row["block_efficiency"] <= 4.0
-        assert (row["fd"] is not None) == (row["steps"] == 4)  # FD only for K <= fd_max_steps
+        assert (row["fd"] is not None) == (row["steps"] == 4)  # FD only for K in fd_steps
     ddpm = next(r for r in rows if r["method"] == "DDPM" and r["steps"] == 4)
     assert ddpm["speedup"] == 1.0 and len(ddpm["fd_runs"]) == 2 and ddpm["fd_spread"][0] < min(ddpm["fd_runs"]) <= max(ddpm["fd_runs"]) < ddpm["fd_spread"][1]
 
