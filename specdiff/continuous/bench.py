@@ -14,8 +14,7 @@ For each churn epsilon and number of steps K, and for R, D, B (Table 1, Free dra
   budget together with the timing; `fd_steps` asks for any K.
 
 The grid is cut into units of work: timing per (K, share of the samples), FD per (churn, K). Units
-run in parallel worker
-processes (one torch thread each), or as Ray tasks (`executor="ray"`), and each is written to SQLite
+run in parallel worker processes (one torch thread each), or as Ray tasks (`executor="ray"`), and each is written to SQLite
 when it finishes (specdiff.eval.store): a killed bench keeps its finished units and a rerun does only
 the rest.
 

@@ -378,19 +378,24 @@ def _log_h_scalar(log_alpha: float, delta_norm: float) -> float:
     return log_rho - float(np.logaddexp(log_rho, log_one_minus_alpha))
 
 
-def _check_inputs(draft_noise, draft_means, target_means, sigma, num_drafted, method, residual, temperature) -> None:
-    """Raises a ValueError naming the first bad input (sigma must be > 0 where step i < num_drafted)."""
+def check_options(method: str, residual: str, temperature: float, caller: str = "gaussian_verify") -> None:
+    """Raises a ValueError for an unknown method or residual, block + reflection, or a bad temperature."""
     if method not in ("sample", "block"):
-        raise ValueError(f"gaussian_verify: unknown method {method!r}; use 'sample' or 'block'")
+        raise ValueError(f"{caller}: unknown method {method!r}; use 'sample' or 'block'")
     if residual not in ("reflection", "decomposition"):
-        raise ValueError(f"gaussian_verify: unknown residual {residual!r}; use 'reflection' or 'decomposition'")
+        raise ValueError(f"{caller}: unknown residual {residual!r}; use 'reflection' or 'decomposition'")
     if method == "block" and residual == "reflection":
         raise ValueError(
-            "gaussian_verify: block verification needs residual='decomposition'; no deterministic "
+            f"{caller}: block verification needs residual='decomposition'; no deterministic "
             "reflection-style residual is valid for blocks (Prop. 3.2)"
         )
     if not temperature > 0 or not math.isfinite(temperature):
-        raise ValueError(f"gaussian_verify: temperature must be a positive number, got {temperature}")
+        raise ValueError(f"{caller}: temperature must be a positive number, got {temperature}")
+
+
+def _check_inputs(draft_noise, draft_means, target_means, sigma, num_drafted, method, residual, temperature) -> None:
+    """Raises a ValueError naming the first bad input (sigma must be > 0 where step i < num_drafted)."""
+    check_options(method, residual, temperature)
     if draft_noise.dim() != 3 or draft_noise.shape != draft_means.shape:
         raise ValueError(
             f"gaussian_verify: draft_noise {tuple(draft_noise.shape)} and draft_means "
@@ -495,7 +500,7 @@ def _verify_round_tensor(draft_noise, draft_means, target_means, sigma, num_draf
 
     if method == "sample":
         num_accepted = sample_verification(log_ratio, num_drafted, generator)
-        log_alpha = None
+        log_alpha = torch.zeros(b, dtype=torch.float64, device=delta.device)
     else:
         num_accepted, log_alpha = block_verification(log_ratio, delta.norm(dim=-1), num_drafted, generator)
 
@@ -510,9 +515,8 @@ def _verify_round_tensor(draft_noise, draft_means, target_means, sigma, num_draf
         if residual == "reflection":
             corrected = reflection_residual(draft_noise[r, step], delta[r, step], target_means[r, step], sigma[r, step])
         else:
-            log_alpha_rejected = torch.zeros(len(r), dtype=torch.float64, device=delta.device) if log_alpha is None else log_alpha[rejected]
             corrected = decomposition_residual(
-                delta[r, step], target_means[r, step], sigma[r, step], log_alpha_rejected, generator
+                delta[r, step], target_means[r, step], sigma[r, step], log_alpha[rejected], generator
             )
         next_state = next_state.index_put((r,), corrected)
     return GaussianVerifyResult(num_accepted=num_accepted, next_state=next_state, rejected=rejected,

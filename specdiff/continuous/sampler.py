@@ -6,7 +6,6 @@ sigma = 0 (the last step, or churn 0) are never speculated: such a round is a pl
 """
 from __future__ import annotations
 
-import math
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -15,7 +14,7 @@ import numpy as np
 import torch
 
 from specdiff.continuous.drafters import make_drafter
-from specdiff.continuous.gaussian import LossyTemperatureWarning, verify_round
+from specdiff.continuous.gaussian import LossyTemperatureWarning, check_options, verify_round
 from specdiff.continuous.models import Target
 from specdiff.continuous.schedules import score_from_denoised, transition_mean
 
@@ -99,14 +98,7 @@ class SpeculativeSampler:
     ):
         if draft_length < 1:
             raise ValueError(f"SpeculativeSampler: draft_length must be >= 1, got {draft_length}")
-        if method not in ("sample", "block"):
-            raise ValueError(f"SpeculativeSampler: unknown method {method!r}; use 'sample' or 'block'")
-        if residual not in ("reflection", "decomposition"):
-            raise ValueError(f"SpeculativeSampler: unknown residual {residual!r}; use 'reflection' or 'decomposition'")
-        if method == "block" and residual != "decomposition":
-            raise ValueError("SpeculativeSampler: block verification needs residual='decomposition'")
-        if not temperature > 0 or not math.isfinite(temperature):
-            raise ValueError(f"SpeculativeSampler: temperature must be a positive number, got {temperature}")
+        check_options(method, residual, temperature, "SpeculativeSampler")  # gaussian_verify's own checks
         schedule = target.schedule
         if not all(bool(torch.isfinite(getattr(schedule, name)).all()) for name in schedule.COEFFICIENTS):
             raise ValueError("SpeculativeSampler: the schedule's coefficients must be finite")

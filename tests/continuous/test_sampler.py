@@ -103,6 +103,14 @@ def test_sampler_rejects_bad_configuration():
         SpeculativeSampler(target, drafter="lazy")
     with pytest.raises(ValueError, match="churn"):
         rectified_flow_schedule(10, churn=1.5)
+    with pytest.raises(ValueError, match="SpeculativeSampler: unknown method"):
+        SpeculativeSampler(target, method="tree")
+    with pytest.raises(ValueError, match="SpeculativeSampler: temperature"):
+        SpeculativeSampler(target, temperature=0.0)
+    broken = rectified_flow_schedule(10, 0.5)
+    broken.score_coef[3] = float("nan")
+    with pytest.raises(ValueError, match="schedule's coefficients must be finite"):
+        SpeculativeSampler(Target(broken, gaussian_mixture_2d(), 2))
 
 
 def test_sampler_names_a_model_output_with_nan():
