@@ -3,13 +3,25 @@
 Draft with a cheap diffusion model, verify with an expensive target model, exactly or with a
 leniency the user controls. See README.md and docs/.
 
-The public names load on first use, so `specdiff --help` does not pay for importing torch.
+The public names load on first use, so `specdiff --help` does not pay for importing torch; the
+TYPE_CHECKING block below lists them for readers and type checkers.
 """
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from specdiff.lazy import lazy_exports
 
 __version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    from specdiff.acceptance import Cactus, Linear, Lossless, TVBudget
+    from specdiff.drafters.autoregressive import AutoregressiveDrafter
+    from specdiff.drafters.base import Draft, Drafter
+    from specdiff.drafters.masked import MaskedDiffusionDrafter
+    from specdiff.engine.generate import GenerationOutput, SpeculativeGenerator
+    from specdiff.engine.verifier import Verifier
+    from specdiff.verify import VerifyResult, verify
 
 _PUBLIC = {
     "verify": "specdiff.verify",
@@ -18,6 +30,13 @@ _PUBLIC = {
     "Linear": "specdiff.acceptance",
     "TVBudget": "specdiff.acceptance",
     "Cactus": "specdiff.acceptance",
+    "Verifier": "specdiff.engine.verifier",
+    "SpeculativeGenerator": "specdiff.engine.generate",
+    "GenerationOutput": "specdiff.engine.generate",
+    "Drafter": "specdiff.drafters.base",
+    "Draft": "specdiff.drafters.base",
+    "MaskedDiffusionDrafter": "specdiff.drafters.masked",
+    "AutoregressiveDrafter": "specdiff.drafters.autoregressive",
 }
 __all__ = list(_PUBLIC)
 __getattr__ = lazy_exports(globals(), _PUBLIC)

@@ -1,52 +1,78 @@
-"""Small autoregressive drafter: the classic speculative-decoding baseline (Leviathan et al. 2023).
+"""Small autoregressive drafter: the classic speculative-decoding baseline (Leviathan et al. 2023),
+and the first paper's Figure 2(b).
 
-Drafts B tokens one at a time with a KV cache, each sampled from the drafter's filtered next-token
-distribution given the tokens to its left — so marginal-mode verification is exact for it.
+Drafts B tokens one at a time, each sampled from the drafter's filtered next-token distribution
+given the tokens to its left, so marginal-mode verification is exact for it. It keeps its own KV
+cache across rounds: each round feeds only the committed tokens it has not cached yet (the
+correction or bonus token, and the last drafted token after a fully accepted round), and
+`commit` crops what it cached for rejected drafts.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
-from specdiff.drafters.base import Draft, Drafter, cache_kwargs, filter_logits
+from specdiff.drafters.base import Draft, Drafter
+from specdiff.lm.cache import cache_kwargs, keep_columns, new_cache
+from specdiff.lm.masks import position_ids
+from specdiff.lm.sampling import check_sampling, sampling_probs
 
 
-@dataclass
 class AutoregressiveDrafter(Drafter):
     """model: a causal LM, e.g. `specdiff.zoo.load("ar-drafter")`."""
 
-    model: torch.nn.Module
-    temperature: float = 0.7
-    top_p: float = 0.8
-    top_k: int = 20
+    exact_marginal = True
+
+    def __init__(self, model, temperature: float = 0.7, top_p: float = 0.8, top_k: int = 20):
+        check_sampling(temperature, top_p, top_k, "AutoregressiveDrafter")
+        self.model, self.temperature, self.top_p, self.top_k = model, temperature, top_p, top_k
+        self.cache, self.cache_mask, self.drafted_in_cache = None, None, 0
+
+    def start(self, ids, key_mask, verifier_hidden=None) -> None:
+        self.cache = new_cache(self.model)
+        self.cache_mask = key_mask[:, :0]  # [b, 0]: which cache columns hold real tokens
+        self.drafted_in_cache = 0
 
     @torch.no_grad()
-    def draft(self, prefix: torch.Tensor, prefix_mask: torch.Tensor | None, block_size: int,
-              generator: torch.Generator | None = None) -> Draft:
-        """prefix [b, P] left-padded, prefix_mask [b, P]. Returns Draft(tokens [b, B], probs [b, B, V])."""
-        from transformers import DynamicCache
-
-        if prefix_mask is None:
-            prefix_mask = torch.ones_like(prefix)
-        attention_mask = prefix_mask.long()
-        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # [b, P]
-        cache = DynamicCache(config=self.model.config)
-        logits = self.model(input_ids=prefix, attention_mask=attention_mask, position_ids=position_ids,
-                            **cache_kwargs(self.model, cache)).logits[:, -1].float()  # [b, V]
+    def propose(self, ids: torch.Tensor, key_mask: torch.Tensor, block_size: int,
+                generator: torch.Generator | None = None) -> Draft:
+        """ids [b, L] committed tokens, left-padded. Returns Draft(tokens [b, B], probs [b, B, V])."""
+        if self.cache is None:
+            self.start(ids, key_mask)
+        pending = key_mask.sum(-1) - self.cache_mask.sum(-1)  # [b] committed tokens not cached yet, >= 1
+        width = int(pending.max())
+        columns = torch.arange(width, device=ids.device)[None, :]
+        chunk_mask = columns >= (width - pending)[:, None]  # [b, width]: each row's own pending tokens
+        logits = self._forward(ids[:, -width:], chunk_mask)  # [b, V]
         tokens, probs = [], []
         for i in range(block_size):
-            if self.temperature == 0:
-                step_probs = torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
-            else:
-                step_probs = torch.softmax(filter_logits(logits / self.temperature, self.top_p, self.top_k), -1)
+            step_probs = sampling_probs(logits, self.temperature, self.top_p, self.top_k)  # [b, V]
             token = torch.multinomial(step_probs, 1, generator=generator)  # [b, 1]
             tokens.append(token)
             probs.append(step_probs)
-            if i + 1 == block_size:
-                break
-            attention_mask = torch.cat([attention_mask, torch.ones_like(token)], dim=1)
-            position_ids = position_ids[:, -1:] + 1
-            logits = self.model(input_ids=token, attention_mask=attention_mask, position_ids=position_ids,
-                                **cache_kwargs(self.model, cache)).logits[:, -1].float()
+            if i + 1 < block_size:  # the last drafted token is never fed: the verifier decides its successor
+                logits = self._forward(token, torch.ones_like(token, dtype=torch.bool))
+        self.drafted_in_cache = block_size - 1
         return Draft(tokens=torch.cat(tokens, dim=1), probs=torch.stack(probs, dim=1))
+
+    def _forward(self, chunk: torch.Tensor, chunk_mask: torch.Tensor) -> torch.Tensor:
+        """Feeds chunk [b, n] (chunk_mask False on columns to skip) on the cache; logits of the last column."""
+        full_mask = torch.cat([self.cache_mask, chunk_mask], dim=1)  # [b, C + n]
+        positions = position_ids(full_mask)[:, -chunk.shape[1]:]
+        attention = None if bool(full_mask.all()) else full_mask.long()
+        out = self.model(input_ids=chunk, attention_mask=attention, position_ids=positions, logits_to_keep=1,
+                         **cache_kwargs(self.model, self.cache))
+        self.cache_mask = full_mask
+        return out.logits[:, -1].float()
+
+    def commit(self, num_accepted: torch.Tensor, verifier_hidden=None) -> None:
+        """Keeps the cached drafted tokens that were accepted; drops the rest and skipped columns."""
+        drafted = self.drafted_in_cache
+        keep = self.cache_mask.clone()
+        if drafted:
+            keep[:, -drafted:] &= torch.arange(drafted, device=keep.device)[None, :] < num_accepted[:, None]
+        self.cache_mask = keep_columns(self.cache, keep)
+        self.drafted_in_cache = 0
+
+    def select(self, rows: torch.Tensor) -> None:
+        self.cache.batch_select_indices(rows)
+        self.cache_mask = keep_columns(self.cache, self.cache_mask[rows])

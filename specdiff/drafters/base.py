@@ -1,7 +1,35 @@
-"""What every drafter provides: `draft(prefix, prefix_mask, block_size) -> Draft`.
+"""The drafter contract: what the engine (`specdiff.engine.generate`) asks of every drafter.
 
-A draft is B proposed tokens per row and, per position, the distribution each was sampled from
-(q, what `specdiff.verify` takes as `draft_probs`; pass None there for point-mass verification).
+A drafter is stateful. For each batch of prompts the engine calls, in this order:
+
+    drafter.start(ids, key_mask)                   # once: the prompts, left-padded
+    repeat until every row is done:
+        draft = drafter.propose(ids, key_mask, B)  # B tokens per row, and q
+        drafter.commit(num_accepted)               # how many of them were accepted
+        drafter.select(rows)                       # only when some rows finished
+
+Terms:
+- committed tokens: the prompt and every generated token so far. The engine owns them: `ids`
+  [b, L] left-padded (row r's tokens are its last `key_mask[r].sum()` columns, the newest last),
+  passed again to every `propose`. After a round the engine appends the accepted drafted tokens
+  and one correction or bonus token, so the newest committed token was never proposed.
+- q: `Draft.probs` [b, B, V], the distribution each drafted token was sampled from, as
+  `specdiff.verify` takes it; the engine passes None instead in point-mass mode.
+- exact marginal: `drafter.exact_marginal` is True when each drafted token was drawn from its q
+  given the drafted tokens to its left (autoregressive drafting, one denoising step, strictly
+  left-to-right unmasking). Then marginal-mode verification is lossless (DESIGN, Exactness).
+
+What a drafter may keep: anything it can reuse, typically a KV cache of the committed tokens. It
+learns how much of its proposal survived from `commit(num_accepted)` and crops what it cached for
+rejected tokens; the tokens it has not cached yet are the last columns of the next `ids`.
+
+Verifier hidden states (DFlash, EAGLE): a drafter that sets `verifier_hidden_layers` (a tuple of
+layer indices into `output_hidden_states`) gets the verifier's hidden states of every committed
+token exactly once: those of the prompt (all but its last token) in `start(..., verifier_hidden=)`,
+and those of each round's verifier input [last committed token, y_1..y_B] in
+`commit(..., verifier_hidden=)`, where row r's committed ones are the first num_accepted[r] + 1.
+Each is [b, T, H * len(layers)]. When no drafter asks, the verifier computes none: the default
+`verifier_hidden_layers = None` costs nothing.
 """
 from __future__ import annotations
 
@@ -9,40 +37,51 @@ from dataclasses import dataclass
 
 import torch
 
+from specdiff.lm.sampling import filter_logits  # noqa: F401  (re-exported: drafters' users import it here)
+
 
 @dataclass
 class Draft:
-    tokens: torch.Tensor  # [b, B] drafted token ids
-    probs: torch.Tensor | None  # [b, B, V] distribution each token was sampled from, or None
+    tokens: torch.Tensor  # [b, B] long: the drafted tokens y_1..y_B
+    probs: torch.Tensor | None  # [b, B, V]: q_i, the distribution y_i was sampled from; None: not recorded
 
 
 class Drafter:
-    """Base class: proposes `block_size` tokens after each row of a left-padded prefix."""
+    """Base class of every drafter; subclasses implement `propose` and whatever state they keep."""
+
+    verifier_hidden_layers: tuple[int, ...] | None = None  # see module docstring
+    exact_marginal: bool = False  # q_i is exactly the law of y_i given the drafted tokens to its left
+
+    @property
+    def vocab_size(self) -> int:
+        """Size of the distributions in `Draft.probs` (must equal the verifier's)."""
+        return int(self.model.config.vocab_size)
+
+    @property
+    def max_length(self) -> int | None:
+        """The longest sequence (prompt + generated + one block) the drafter's model takes, if known."""
+        config = getattr(getattr(self, "model", None), "config", None)
+        return getattr(config, "max_position_embeddings", None)
+
+    def start(self, ids: torch.Tensor, key_mask: torch.Tensor,
+              verifier_hidden: torch.Tensor | None = None) -> None:
+        """Begin on a batch of prompts: ids [b, P] left-padded, key_mask [b, P] bool."""
+
+    def propose(self, ids: torch.Tensor, key_mask: torch.Tensor, block_size: int,
+                generator: torch.Generator | None = None) -> Draft:
+        """Propose block_size tokens after each row of the committed tokens ids [b, L]."""
+        raise NotImplementedError
+
+    def commit(self, num_accepted: torch.Tensor, verifier_hidden: torch.Tensor | None = None) -> None:
+        """num_accepted [b]: how many leading tokens of the last proposal were accepted."""
+
+    def select(self, rows: torch.Tensor) -> None:
+        """Keep only the batch rows `rows` [n] (the others finished)."""
 
     def draft(self, prefix: torch.Tensor, prefix_mask: torch.Tensor | None, block_size: int,
               generator: torch.Generator | None = None) -> Draft:
-        raise NotImplementedError
-
-
-def filter_logits(logits: torch.Tensor, top_p: float = 1.0, top_k: int = 0) -> torch.Tensor:
-    """Top-k then nucleus (top-p) filtering of logits [..., V]: removed entries become -inf.
-    The most likely token always survives."""
-    if top_k and top_k < logits.shape[-1]:
-        kth = logits.topk(top_k, dim=-1).values[..., -1:]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    if top_p < 1.0:
-        sorted_logits, order = logits.sort(dim=-1, descending=True)
-        cumulative = sorted_logits.softmax(-1).cumsum(-1)
-        remove_sorted = cumulative - sorted_logits.softmax(-1) >= top_p  # keep the smallest set reaching top_p
-        remove = torch.zeros_like(remove_sorted).scatter(-1, order, remove_sorted)
-        logits = logits.masked_fill(remove, float("-inf"))
-    return logits
-
-
-def cache_kwargs(model, cache) -> dict:
-    """Keyword arguments that pass a KV cache to a transformers model's forward: `cache=` in
-    transformers >= 5.24 (`past_key_values` is deprecated there), `past_key_values=` before."""
-    import inspect
-
-    name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
-    return {name: cache, "use_cache": True}
+        """Stateless one-off proposal after a left-padded prefix [b, P] (start, propose, nothing kept)."""
+        if prefix_mask is None:
+            prefix_mask = torch.ones_like(prefix, dtype=torch.bool)
+        self.start(prefix, prefix_mask.bool())
+        return self.propose(prefix, prefix_mask.bool(), block_size, generator)

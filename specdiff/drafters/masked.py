@@ -1,151 +1,260 @@
-"""Dream-style masked diffusion drafter (Ye et al. 2025), on a bidirectional Qwen3 backbone.
+"""Masked diffusion drafter: Dream (Ye et al. 2025) and LLaDA (Nie et al. 2025) conventions.
 
-The model sees `prompt + prefix + canvas`, where the canvas starts fully masked; each denoising
-step re-encodes the whole sequence (no KV cache, attention is bidirectional), predicts every masked
-position — with Dream's shift, the logit at position i is the distribution of token i+1 — and
-unmasks the positions it is most sure of, in `entropy` order (lowest entropy first, Dream's default),
-`confidence` order (highest max probability), `left_to_right`, or `random`.
+Each round the drafter appends B mask tokens (the canvas) to the committed tokens and unmasks them
+in K denoising steps (the diffusion effort), or, with a confidence threshold tau, as many steps as
+it takes to unmask every position whose confidence exceeds tau, at least one per step. Each step
+re-encodes the sequence with bidirectional attention, samples every masked position from its
+filtered distribution, and keeps the positions the unmasking order ranks first:
+- "entropy": lowest entropy first (Dream's default); "confidence": highest probability of the
+  sampled token; "margin": largest gap between the two most likely tokens; "random";
+  "left_to_right": strictly left to right, which keeps marginal verification exact.
+The distribution a position was sampled from at the step it was unmasked is its q (the final-step
+marginal of the first paper's Section 3.2 and Proposition 2).
 
-- `denoise(...)`: the core loop on a batch of token tensors; K steps unmask the canvas in K nearly
-  equal groups. Returns the tokens and, per position, the distribution it was sampled from at the
-  step it was unmasked (what the verifier needs as q in marginal mode).
-- `MaskedDiffusionDrafter.draft(...)`: speculative drafting of a block of B tokens after a prefix.
-- `MaskedDiffusionDrafter.generate(...)`: standalone generation (whole answer canvas masked).
+Conventions, read from the model's config unless given:
+- `shift_logits`: Dream shifts (the logit at position j-1 is the distribution of token j, inherited
+  from its autoregressive initialisation); LLaDA and BERT-style masked LMs do not. specdiff's zoo
+  records `logits_shift` in config.json, Dream checkpoints have `model_type == "Dream"`.
+- `mask_token_id`, `pad_token_id`: the config's, then the tokenizer's.
+- A causal-LM class (the zoo drafter, Dream) is run bidirectionally by handing its layers a
+  prepared non-causal mask; a masked-LM class (`BertForMaskedLM`, `ModernBertForMaskedLM`, LLaDA)
+  is bidirectional by construction and gets a plain 2D padding mask.
+
+Loading a real checkpoint where you have one:
+    dream = AutoModel.from_pretrained("Dream-org/Dream-v0-Instruct-7B", trust_remote_code=True)
+    drafter = sd.MaskedDiffusionDrafter(dream, steps=4, tokenizer=tok)   # shift read from model_type
+    llada = AutoModel.from_pretrained("GSAI-ML/LLaDA-8B-Instruct", trust_remote_code=True)
+    drafter = sd.MaskedDiffusionDrafter(llada, steps=4, shift_logits=False, mask_token_id=126336)
+
+`prefix_cache=True` (Fast-dLLM's approximation) encodes the committed tokens once per round and
+reuses their keys and values across the K steps; only the last committed token and the canvas
+are re-encoded. q is still what was sampled from, so verification is as exact as before.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
-from specdiff.drafters.base import Draft, Drafter, filter_logits
+from specdiff.drafters.base import Draft, Drafter
+from specdiff.lm.cache import cache_kwargs, new_cache
+from specdiff.lm.masks import bidirectional_mask, layer_masks, position_ids
+from specdiff.lm.sampling import check_sampling, sampling_probs
 
-ORDERS = ("entropy", "confidence", "left_to_right", "random")
-
-
-def bidirectional_mask(key_mask: torch.Tensor) -> torch.Tensor:
-    """Full (non-causal) 4D boolean attention mask [b, 1, L, L] from a key mask [b, L] (True = real
-    token). transformers 5 passes a prepared 4D mask through unchanged, so attention is bidirectional."""
-    b, length = key_mask.shape
-    return key_mask[:, None, None, :].expand(b, 1, length, length)
+ORDERS = ("entropy", "confidence", "margin", "random", "left_to_right")
 
 
-def masked_logits(model, tokens: torch.Tensor, key_mask: torch.Tensor,
-                  columns: torch.Tensor | None = None) -> torch.Tensor:
-    """One bidirectional forward with Dream's shift: returns logits [b, L, V] where row j is the
-    distribution of token j (taken from the model's output at j-1; row 0 is a copy of row 1's source),
-    or only the rows `columns` [C] (each >= 1): [b, C, V], projecting only those positions to the vocab.
-
-    The attention mask is handed to the layers already prepared (a {layer type: mask} dict, which
-    transformers passes through), with `is_causal=False`: nothing masked when no row is padded (SDPA
-    runs unmasked and bidirectional), else a 4D boolean mask that hides only the padding."""
-    position_ids = (key_mask.long().cumsum(-1) - 1).clamp(min=0)  # [b, L], left padding aware
-    mask = None if bool(key_mask.all()) else bidirectional_mask(key_mask)
-    layer_masks = {kind: mask for kind in set(model.config.layer_types)}
-    keep = 0 if columns is None else columns - 1  # output j-1 is the distribution of token j
-    logits = model(input_ids=tokens, attention_mask=layer_masks, position_ids=position_ids, is_causal=False,
-                   logits_to_keep=keep).logits
-    if columns is not None:
-        return logits  # [b, C, V]
-    return torch.cat([logits[:, :1], logits[:, :-1]], dim=1)  # [b, L, V]
-
-
-def _positions_per_step(n_masked: int, steps: int) -> list[int]:
-    """How many positions to unmask at each of `steps` steps (nearly equal, sums to n_masked)."""
-    steps = max(1, min(steps, n_masked))
-    base, extra = divmod(n_masked, steps)
-    return [base + (1 if i < extra else 0) for i in range(steps)]
-
-
-@torch.no_grad()
-def denoise(model, tokens: torch.Tensor, key_mask: torch.Tensor, canvas: torch.Tensor, mask_token_id: int,
-            steps: int, temperature: float = 0.2, top_p: float = 0.95, top_k: int = 0, order: str = "entropy",
-            generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Unmasks every `canvas` position of `tokens` in `steps` steps.
-
-    tokens [b, L] (canvas positions hold anything; they are set to the mask token), key_mask [b, L]
-    bool, canvas [b, L] bool with the same number of canvas positions in every row.
-    Returns (tokens [b, L], probs [b, L, V]): probs[i, j] is the filtered distribution that token j was
-    sampled from at the step it was unmasked (zeros outside the canvas)."""
-    if order not in ORDERS:
-        raise ValueError(f"unknown unmasking order {order!r}; choose from {ORDERS}")
-    tokens = torch.where(canvas, torch.full_like(tokens, mask_token_id), tokens)
-    b, length = tokens.shape
-    cols = canvas.any(0).nonzero().squeeze(1)  # [C] canvas columns (the same in every row)
-    if not bool(canvas[:, cols].all()):
-        raise ValueError("every row needs the same canvas columns")
-    n_canvas = cols.numel()
-    probs_canvas = None
-    still_masked = torch.ones(b, n_canvas, dtype=torch.bool)  # [b, C]
-    for k in _positions_per_step(n_canvas, steps):
-        logits = masked_logits(model, tokens, key_mask, cols).float()  # [b, C, V]
-        if probs_canvas is None:
-            probs_canvas = torch.zeros_like(logits)
-        logits[..., mask_token_id] = float("-inf")  # never propose the mask token
-        if temperature == 0:
-            probs = torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
-        else:
-            probs = torch.softmax(filter_logits(logits / temperature, top_p=top_p, top_k=top_k), dim=-1)
-        sampled = torch.multinomial(probs.view(-1, probs.shape[-1]), 1, generator=generator).view(b, n_canvas)
-        if order == "entropy":
-            plain = torch.softmax(logits, dim=-1)
-            score = (plain * torch.log(plain.clamp_min(1e-12))).sum(-1)  # -entropy, [b, C]
-        elif order == "confidence":
-            score = torch.softmax(logits, dim=-1).gather(-1, sampled[..., None]).squeeze(-1)
-        elif order == "left_to_right":
-            score = -torch.arange(n_canvas, dtype=torch.float)[None, :].expand(b, n_canvas)
-        else:
-            score = torch.rand(b, n_canvas, generator=generator)
-        score = score.masked_fill(~still_masked, float("-inf"))
-        chosen = score.topk(k, dim=-1).indices  # [b, k]
-        unmask = torch.zeros_like(still_masked).scatter_(1, chosen, True) & still_masked  # [b, C]
-        tokens[:, cols] = torch.where(unmask, sampled, tokens[:, cols])
-        probs_canvas = torch.where(unmask[..., None], probs, probs_canvas)
-        still_masked &= ~unmask
-    probs_out = torch.zeros(b, length, probs_canvas.shape[-1])
-    probs_out[:, cols] = probs_canvas
-    return tokens, probs_out
-
-
-@dataclass
 class MaskedDiffusionDrafter(Drafter):
-    """Masked diffusion drafter: K denoising steps over a block of B masked positions after the prefix.
+    """Drafts B tokens per round by masked diffusion: K steps, or a confidence threshold tau.
 
-    model: a Qwen3ForCausalLM trained with the MDLM objective (e.g. `specdiff.zoo.load("masked-drafter")`).
-    Exactness: with order="left_to_right" and K = B the marginal q is exact; other orders are the
-    paper's (approximate) marginal mode, or use point-mass verification."""
+    Exactness (marginal mode): exact for K = 1 and for order="left_to_right" with a fixed K, where
+    every drafted token is drawn from its q given the tokens to its left; otherwise approximate
+    (use proposal="point_mass" for an exact result)."""
 
-    model: torch.nn.Module
-    mask_token_id: int
-    pad_token_id: int
-    steps: int = 1
-    temperature: float = 0.2
-    top_p: float = 0.95
-    top_k: int = 0
-    order: str = "entropy"
+    def __init__(self, model, steps: int = 1, threshold: float | None = None, order: str = "entropy",
+                 temperature: float = 0.2, top_p: float = 0.95, top_k: int = 0, shift_logits: bool | None = None,
+                 mask_token_id: int | None = None, pad_token_id: int | None = None, tokenizer=None,
+                 prefix_cache: bool = False):
+        if int(steps) != steps or steps < 1:
+            raise ValueError(f"steps (K) must be an integer >= 1, got {steps}")
+        if threshold is not None and not 0 < threshold <= 1:
+            raise ValueError(f"threshold (tau) must be in (0, 1], got {threshold}")
+        if order not in ORDERS:
+            raise ValueError(f"unknown unmasking order {order!r}; choose from {ORDERS}")
+        check_sampling(temperature, top_p, top_k, "MaskedDiffusionDrafter")
+        self.model, self.steps, self.threshold, self.order = model, int(steps), threshold, order
+        self.temperature, self.top_p, self.top_k = temperature, top_p, top_k
+        self.causal_class = _is_causal_lm_class(model)
+        self.shift_logits = _resolve_shift(model, shift_logits)
+        self.mask_token_id = _resolve_id(model, tokenizer, "mask_token_id", mask_token_id)
+        self.pad_token_id = _resolve_id(model, tokenizer, "pad_token_id", pad_token_id)
+        if prefix_cache and not self.causal_class:
+            raise ValueError("prefix_cache needs a model with a KV cache (a causal-LM class run bidirectionally, "
+                             f"as Dream); {type(model).__name__} has none")
+        self.prefix_cache = prefix_cache
+
+    @property
+    def exact_marginal(self) -> bool:
+        return self.threshold is None and (self.steps == 1 or self.order == "left_to_right")
 
     @torch.no_grad()
-    def draft(self, prefix: torch.Tensor, prefix_mask: torch.Tensor | None, block_size: int,
-              generator: torch.Generator | None = None) -> Draft:
-        """prefix [b, P] (left-padded prompt + accepted tokens), prefix_mask [b, P] (True on real tokens).
-        Returns Draft(tokens [b, B], probs [b, B, V])."""
-        b = prefix.shape[0]
-        if prefix_mask is None:
-            prefix_mask = torch.ones_like(prefix, dtype=torch.bool)
-        block = torch.full((b, block_size), self.mask_token_id, dtype=prefix.dtype)
-        tokens = torch.cat([prefix, block], dim=1)
-        key_mask = torch.cat([prefix_mask.bool(), torch.ones(b, block_size, dtype=torch.bool)], dim=1)
-        canvas = torch.zeros_like(key_mask)
-        canvas[:, -block_size:] = True
-        out, probs = denoise(self.model, tokens, key_mask, canvas, self.mask_token_id, self.steps,
-                             self.temperature, self.top_p, self.top_k, self.order, generator)
-        return Draft(tokens=out[:, -block_size:], probs=probs[:, -block_size:])
+    def propose(self, ids: torch.Tensor, key_mask: torch.Tensor, block_size: int,
+                generator: torch.Generator | None = None) -> Draft:
+        """ids [b, L] committed tokens, left-padded; key_mask [b, L]. Returns Draft(tokens [b, B], probs [b, B, V])."""
+        batch = ids.shape[0]
+        canvas = torch.full((batch, block_size), self.mask_token_id, dtype=ids.dtype, device=ids.device)
+        tokens = torch.cat([ids, canvas], dim=1)  # [b, L + B]
+        full_mask = torch.cat([key_mask, torch.ones_like(canvas, dtype=torch.bool)], dim=1)
+        step_logits = self._step_logits_fn(tokens, full_mask, block_size)
+        out, probs = unmask_canvas(step_logits, tokens[:, -block_size:], self.mask_token_id, self.steps,
+                                   self.threshold, self.order, self.temperature, self.top_p, self.top_k, generator)
+        return Draft(tokens=out, probs=probs)
+
+    def _step_logits_fn(self, tokens: torch.Tensor, key_mask: torch.Tensor, block_size: int):
+        """A function canvas [b, B] -> logits [b, B, V] of the canvas positions, one denoising step."""
+        model, shift = self.model, self.shift_logits
+        columns = torch.arange(tokens.shape[1] - block_size, tokens.shape[1], device=tokens.device)
+        if not self.prefix_cache:
+            def step(canvas):
+                tokens[:, -block_size:] = canvas
+                return bidirectional_logits(model, tokens, key_mask, columns, shift)
+            return step
+        # Fast-dLLM prefix cache: keys and values of all committed tokens but the last, computed at the
+        # first step of the round; each step re-encodes [last committed token, canvas] against them.
+        cache, positions, state = new_cache(model), position_ids(key_mask), {"first": True}
+        chunk = block_size + 1
+        mask = None if bool(key_mask.all()) else bidirectional_mask(key_mask, chunk)
+        # outputs over [last, canvas] kept for the canvas: shifted, columns 0..B-1; else 1..B
+        keep = torch.arange(0 if shift else 1, block_size + (0 if shift else 1), device=tokens.device)
+
+        def step(canvas):
+            tokens[:, -block_size:] = canvas
+            if state["first"]:
+                state["first"] = False
+                logits = bidirectional_logits(model, tokens, key_mask, columns, shift, cache=cache)
+                cache.crop(-chunk)
+                return logits
+            out = model(input_ids=tokens[:, -chunk:], attention_mask=layer_masks(model, mask),
+                        position_ids=positions[:, -chunk:], is_causal=False, logits_to_keep=keep,
+                        **cache_kwargs(model, cache)).logits
+            cache.crop(-chunk)
+            return out
+        return step
 
     @torch.no_grad()
     def generate(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, canvas_tokens: int,
                  steps: int | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
-        """Standalone generation: the whole answer canvas starts masked and is denoised in `steps`
-        steps (default: one token per step). prompt_ids [b, P] left-padded. Returns canvas [b, C]."""
-        draft = MaskedDiffusionDrafter(self.model, self.mask_token_id, self.pad_token_id,
-                                       steps or canvas_tokens, self.temperature, self.top_p, self.top_k, self.order)
-        return draft.draft(prompt_ids, prompt_mask, canvas_tokens, generator).tokens
+        """Standalone generation: a canvas of `canvas_tokens` masks after each left-padded prompt [b, P],
+        denoised in `steps` steps (default: one token per step). Returns the canvas [b, C]."""
+        saved = self.steps, self.threshold
+        self.steps, self.threshold = steps or canvas_tokens, None
+        try:
+            return self.propose(prompt_ids, prompt_mask.bool(), canvas_tokens, generator).tokens
+        finally:
+            self.steps, self.threshold = saved
+
+
+def unmask_canvas(step_logits, canvas: torch.Tensor, mask_token_id: int, steps: int, threshold: float | None,
+                  order: str, temperature: float, top_p: float, top_k: int,
+                  generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Masked diffusion sampling of a canvas [b, B] (all masks) in `steps` steps or by threshold.
+
+    step_logits: canvas [b, B] -> logits [b, B, V] of every canvas position. Returns (tokens [b, B],
+    probs [b, B, V]): probs[r, i] is the filtered distribution token i was sampled from at the step it
+    was unmasked."""
+    batch, block = canvas.shape
+    still_masked = torch.ones(batch, block, dtype=torch.bool, device=canvas.device)  # [b, B]
+    probs_out = None
+    counts = None if threshold is not None else _positions_per_step(block, steps)
+    step = 0
+    while probs_out is None or bool(still_masked.any()):
+        logits = step_logits(canvas).float()  # [b, B, V]
+        logits[..., mask_token_id] = float("-inf")  # never propose the mask token
+        probs = sampling_probs(logits, temperature, top_p, top_k)  # [b, B, V]
+        sampled = torch.multinomial(probs.view(-1, probs.shape[-1]), 1, generator=generator).view(batch, block)
+        score = _order_score(order, logits, sampled, generator).masked_fill(~still_masked, float("-inf"))
+        best = score.argmax(-1, keepdim=True)  # [b, 1]: at least one position per step
+        if threshold is None:
+            chosen = score.topk(counts[step], dim=-1).indices  # [b, k]
+            unmask = torch.zeros_like(still_masked).scatter_(1, chosen, True)
+        else:
+            confident = probs.gather(-1, sampled[..., None]).squeeze(-1) > threshold  # [b, B]
+            unmask = confident | torch.zeros_like(still_masked).scatter_(1, best, True)
+        unmask &= still_masked
+        canvas = torch.where(unmask, sampled, canvas)
+        probs_out = probs if probs_out is None else torch.where(unmask[..., None], probs, probs_out)
+        still_masked &= ~unmask
+        step += 1
+    return canvas, probs_out
+
+
+def bidirectional_logits(model, tokens: torch.Tensor, key_mask: torch.Tensor, columns: torch.Tensor | None = None,
+                         shift: bool = True, cache=None) -> torch.Tensor:
+    """One bidirectional forward. Returns logits [b, L, V] where row j is the distribution of token j,
+    or only the rows `columns` [C]: [b, C, V]. With shift (Dream), row j is the model's output at j-1
+    (row 0 copies row 1's source); without (LLaDA, BERT), it is the output at j.
+
+    A causal-LM class gets its attention mask already prepared ({layer type: mask}, passed through by
+    transformers) and `is_causal=False`: no mask when no row is padded (SDPA runs unmasked, i.e.
+    bidirectional), else a 4D boolean mask hiding only the padding. A masked-LM class gets a 2D mask."""
+    positions = position_ids(key_mask)  # [b, L], left padding aware
+    if not _is_causal_lm_class(model):
+        logits = model(input_ids=tokens, attention_mask=key_mask.long(), **_position_kwargs(model, positions)).logits
+        logits = torch.cat([logits[:, :1], logits[:, :-1]], dim=1) if shift else logits
+        return logits if columns is None else logits[:, columns]
+    mask = None if bool(key_mask.all()) else bidirectional_mask(key_mask)
+    if columns is None:
+        keep = 0
+    else:
+        keep = columns - 1 if shift else columns
+    extra = {} if cache is None else cache_kwargs(model, cache)
+    logits = model(input_ids=tokens, attention_mask=layer_masks(model, mask), position_ids=positions,
+                   is_causal=False, logits_to_keep=keep, **extra).logits
+    if columns is not None:
+        return logits  # [b, C, V]
+    return torch.cat([logits[:, :1], logits[:, :-1]], dim=1) if shift else logits
+
+
+def masked_logits(model, tokens: torch.Tensor, key_mask: torch.Tensor,
+                  columns: torch.Tensor | None = None) -> torch.Tensor:
+    """`bidirectional_logits` with Dream's shift (the zoo drafter's convention)."""
+    return bidirectional_logits(model, tokens, key_mask, columns, shift=True)
+
+
+def _order_score(order: str, logits: torch.Tensor, sampled: torch.Tensor, generator) -> torch.Tensor:
+    """Higher first. logits [b, B, V] (the mask token at -inf), sampled [b, B]."""
+    batch, block = sampled.shape
+    if order == "left_to_right":
+        return -torch.arange(block, dtype=torch.float, device=sampled.device)[None, :].expand(batch, block)
+    if order == "random":
+        return torch.rand(batch, block, generator=generator, device=sampled.device)
+    plain = torch.softmax(logits, dim=-1)  # [b, B, V]
+    if order == "entropy":
+        return (plain * torch.log(plain.clamp_min(1e-12))).sum(-1)  # -entropy
+    if order == "confidence":
+        return plain.gather(-1, sampled[..., None]).squeeze(-1)
+    top2 = plain.topk(2, dim=-1).values  # margin
+    return top2[..., 0] - top2[..., 1]
+
+
+def _positions_per_step(num_masked: int, steps: int) -> list[int]:
+    """How many positions to unmask at each of `steps` steps (nearly equal, summing to num_masked)."""
+    steps = max(1, min(steps, num_masked))
+    base, extra = divmod(num_masked, steps)
+    return [base + (1 if i < extra else 0) for i in range(steps)]
+
+
+def _is_causal_lm_class(model) -> bool:
+    """True for a decoder class run bidirectionally (Qwen3ForCausalLM, Dream); False for a masked LM."""
+    name = type(model).__name__
+    if "MaskedLM" in name or "BertFor" in name or getattr(model.config, "model_type", "") == "llada":
+        return False
+    return "CausalLM" in name or getattr(model.config, "model_type", "") == "Dream"
+
+
+def _resolve_shift(model, shift_logits: bool | None) -> bool:
+    if shift_logits is not None:
+        return bool(shift_logits)
+    config = model.config
+    if getattr(config, "logits_shift", None) is not None:
+        return bool(config.logits_shift)
+    if getattr(config, "model_type", "") == "Dream":
+        return True
+    if not _is_causal_lm_class(model):
+        return False  # LLaDA, BERT, ModernBERT: the output at j is token j's distribution
+    raise ValueError(f"cannot tell whether {type(model).__name__}'s logits are shifted (Dream) or not "
+                     "(LLaDA): its config has no `logits_shift`; pass shift_logits=True or False")
+
+
+def _resolve_id(model, tokenizer, name: str, given: int | None) -> int:
+    if given is not None:
+        return int(given)
+    for source in (model.config, tokenizer):
+        value = getattr(source, name, None) if source is not None else None
+        if value is not None:
+            return int(value)
+    raise ValueError(f"no {name}: neither the model's config nor a tokenizer gives one; pass {name}=")
+
+
+def _position_kwargs(model, positions: torch.Tensor) -> dict:
+    import inspect
+
+    return {"position_ids": positions} if "position_ids" in inspect.signature(model.forward).parameters else {}

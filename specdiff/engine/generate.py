@@ -1,0 +1,230 @@
+"""Speculative generation: the first paper's Algorithm 1, batched.
+
+    while some row has not emitted EOS (nor reached max_new_tokens):
+        y_1..y_B, q_1..q_B = drafter.propose(h)                  # DiffusionDraft (line 4)
+        p_1..p_{B+1}       = verifier.score([last of h, y_1..y_B])  # VerifierForward, one call (line 5)
+        k, next token      = verify(y, q, p, rule, method)        # RelaxTarget + lines 7-12
+        h                  = h + y_1..y_k + next token            # Append (line 13)
+
+Terms are those of `specdiff.verify` (accepted, correction, bonus) and of the drafter contract in
+`specdiff.drafters.base`. Rows are independent: each row is verified with its own uniforms and
+its own stop, and leaves the batch when it finishes, so its output distribution does not depend
+on the other rows.
+
+Exactness (`SequenceStats.exact`): the configuration is lossless when the rule is Lossless and
+either proposal="point_mass" (verification with a point mass on each drafted token, exact for any
+drafter) or the drafter's q is its exact marginal (`drafter.exact_marginal`: autoregressive,
+K = 1, or strictly left-to-right unmasking). Everything else is the paper's method, approximate.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from specdiff.acceptance import Lossless, check_rule
+from specdiff.engine.stats import SequenceStats, Summary, summarize
+from specdiff.lm.cache import compaction_index, gather_columns
+from specdiff.lm.masks import left_pad
+from specdiff.verify import METHODS, verify
+
+PROPOSALS = ("marginal", "point_mass")
+
+
+@dataclass
+class GenerationOutput:
+    texts: list[str] | None  # decoded generations (None without a tokenizer)
+    token_ids: list[list[int]]  # generated ids per row, without the prompt, ending with EOS if emitted
+    stats: list[SequenceStats]  # one per row
+    summary: Summary
+
+
+class SpeculativeGenerator:
+    """Drafts with `drafter`, verifies with `verifier` (an `sd.Verifier`) under `rule` and `method`."""
+
+    def __init__(self, drafter, verifier, block_size: int = 8, rule=Lossless(), method: str = "token",
+                 proposal: str = "marginal", tokenizer=None, eos_token_id: int | list[int] | None = None,
+                 batch_size: int = 64):
+        check_rule(rule)
+        if method not in METHODS:
+            raise ValueError(f"unknown method {method!r}: expected one of {METHODS}")
+        if proposal not in PROPOSALS:
+            raise ValueError(f"unknown proposal {proposal!r}: expected one of {PROPOSALS}")
+        _check_count("block_size (B)", block_size)
+        _check_count("batch_size", batch_size)
+        if drafter.vocab_size != verifier.vocab_size:
+            raise ValueError(f"the drafter's vocabulary ({drafter.vocab_size} tokens) differs from the verifier's "
+                             f"({verifier.vocab_size}): they must share one tokenizer and output size")
+        self.drafter, self.verifier, self.block_size = drafter, verifier, int(block_size)
+        self.rule, self.method, self.proposal, self.tokenizer = rule, method, proposal, tokenizer
+        self.batch_size = int(batch_size)
+        self.eos_token_ids = _eos_ids(verifier.model, eos_token_id)
+        self.exact = isinstance(rule, Lossless) and (proposal == "point_mass" or drafter.exact_marginal)
+
+    def generate(self, prompts, max_new_tokens: int = 256, generator: torch.Generator | None = None,
+                 progress: bool = False) -> GenerationOutput:
+        """prompts: strings (needs a tokenizer) or lists of token ids, any number, any lengths."""
+        _check_count("max_new_tokens", max_new_tokens)
+        rows = self._tokenize(prompts)
+        budgets = self._budgets(rows, int(max_new_tokens))
+        token_ids, stats, totals = [], [], {"draft_s": 0.0, "verify_s": 0.0, "wall_s": 0.0}
+        batches = range(0, len(rows), self.batch_size)
+        if progress:
+            from tqdm.auto import tqdm
+            batches = tqdm(batches, desc="batches", leave=False)
+        for start in batches:
+            end = start + self.batch_size
+            ids, batch_stats, batch_totals = self._generate_batch(rows[start:end], budgets[start:end], generator)
+            token_ids += ids
+            stats += batch_stats
+            for key in totals:
+                totals[key] += batch_totals[key]
+        texts = None
+        if self.tokenizer is not None:
+            texts = [self.tokenizer.decode(ids, skip_special_tokens=True) for ids in token_ids]
+        summary = summarize(stats, totals["wall_s"], totals["draft_s"], totals["verify_s"])
+        return GenerationOutput(texts=texts, token_ids=token_ids, stats=stats, summary=summary)
+
+    @torch.no_grad()
+    def _generate_batch(self, rows: list[list[int]], budgets: list[int], generator):
+        drafter, verifier, block = self.drafter, self.verifier, self.block_size
+        begin = time.perf_counter()
+        ids, key_mask = left_pad(rows, _pad_id(verifier.model), device=verifier.device)  # [b, P]
+        layers = drafter.verifier_hidden_layers
+        drafter.start(ids, key_mask, verifier.start(ids, key_mask, layers))
+        outputs = [[] for _ in rows]
+        stats = [SequenceStats(exact=self.exact, block_size=block) for _ in rows]
+        live = list(range(len(rows)))  # original index of each row still in the batch
+        totals = {"draft_s": 0.0, "verify_s": 0.0}
+        sync = torch.cuda.synchronize if ids.is_cuda else (lambda: None)
+        round_index = 0
+        while live:
+            round_index += 1
+            round_start = time.perf_counter()
+            draft = drafter.propose(ids, key_mask, block, generator)  # tokens [b, B], probs [b, B, V]
+            sync()
+            drafted = time.perf_counter()
+            if draft.probs is not None and bool(torch.isnan(draft.probs).any()):
+                raise ValueError(f"the drafter's distributions hold NaN in round {round_index}; check its weights")
+            if draft.probs is None and self.proposal == "marginal":
+                raise ValueError("the drafter returned no probabilities: use proposal='point_mass'")
+            chunk = torch.cat([ids[:, -1:], draft.tokens], dim=1)  # [b, B+1]: last committed, y_1..y_B
+            target_logits, hidden = verifier.score(chunk, layers)  # [b, B+1, V]
+            draft_logits = None if self.proposal == "point_mass" else draft.probs.log()  # [b, B, V]
+            result = verify(draft.tokens, draft_logits, target_logits, rule=self.rule, method=self.method,
+                            generator=generator, inputs="logits")
+            verifier.commit(result.num_accepted + 1)  # last committed + accepted drafted tokens stay cached
+            drafter.commit(result.num_accepted, hidden)
+            ids, key_mask = _append(ids, key_mask, result.tokens)
+            accepted, emitted = result.num_accepted.tolist(), result.tokens.tolist()
+            now = time.perf_counter()
+            draft_s, verify_s = drafted - round_start, now - drafted
+            totals["draft_s"] += draft_s
+            totals["verify_s"] += verify_s
+            keep = []
+            for position, row in enumerate(live):
+                new = emitted[position][: accepted[position] + 1]
+                done = False
+                for i, token in enumerate(new):
+                    if token in self.eos_token_ids:
+                        new, done = new[: i + 1], True
+                        break
+                room = budgets[row] - len(outputs[row])
+                if len(new) >= room:
+                    new, done = new[:room], True
+                outputs[row] += new
+                s = stats[row]
+                s.rounds += 1
+                s.accepted.append(accepted[position])
+                s.new_tokens = len(outputs[row])
+                s.draft_s += draft_s
+                s.verify_s += verify_s
+                if done:
+                    s.wall_s = now - begin
+                else:
+                    keep.append(position)
+            if len(keep) < len(live):
+                live = [live[position] for position in keep]
+                if not live:
+                    break
+                selected = torch.tensor(keep, device=ids.device)
+                ids, key_mask = _select(ids, key_mask, selected)
+                verifier.select(selected)
+                drafter.select(selected)
+        totals["wall_s"] = time.perf_counter() - begin
+        return outputs, stats, totals
+
+    def _tokenize(self, prompts) -> list[list[int]]:
+        if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
+            prompts = [prompts]
+        if not prompts:
+            raise ValueError("no prompts given")
+        rows = []
+        for i, prompt in enumerate(prompts):
+            if isinstance(prompt, str):
+                if self.tokenizer is None:
+                    raise ValueError("string prompts need a tokenizer: SpeculativeGenerator(..., tokenizer=tok)")
+                prompt = self.tokenizer(prompt).input_ids
+            prompt = [int(t) for t in (prompt.tolist() if torch.is_tensor(prompt) else prompt)]
+            if not prompt:
+                raise ValueError(f"prompt {i} is empty")
+            if min(prompt) < 0 or max(prompt) >= self.verifier.vocab_size:
+                raise ValueError(f"prompt {i} holds a token id outside the vocabulary [0, {self.verifier.vocab_size})")
+            rows.append(prompt)
+        return rows
+
+    def _budgets(self, rows: list[list[int]], max_new_tokens: int) -> list[int]:
+        """Per row: max_new_tokens, or less where a round would run past either model's context."""
+        limits = [m for m in (self.verifier.max_length, self.drafter.max_length) if m]
+        context = min(limits) if limits else None
+        budgets = []
+        for i, row in enumerate(rows):
+            budget = max_new_tokens
+            if context is not None:
+                room = context - self.block_size - len(row)  # a round holds the prefix and B + 1 new tokens
+                if room < 1:
+                    raise ValueError(f"prompt {i} has {len(row)} tokens: with block_size {self.block_size} it does not "
+                                     f"fit the models' context of {context} tokens")
+                budget = min(budget, room)
+            budgets.append(budget)
+        return budgets
+
+
+def _append(ids: torch.Tensor, key_mask: torch.Tensor, tokens: torch.Tensor):
+    """Appends each row's emitted tokens (tokens [b, B+1], -1 padded) to left-padded ids [b, L]."""
+    keep = torch.cat([key_mask, tokens >= 0], dim=1)  # [b, L + B + 1]
+    joined = torch.cat([ids, tokens.clamp(min=0)], dim=1)
+    if keep.shape[0] == 1:
+        return joined[:, keep[0]], keep[:, keep[0]]
+    index, new_mask = compaction_index(keep)
+    return gather_columns(joined, index, dim=1), new_mask
+
+
+def _select(ids: torch.Tensor, key_mask: torch.Tensor, rows: torch.Tensor):
+    """Keeps batch rows `rows` and drops columns that are padding in every remaining row."""
+    ids, key_mask = ids[rows], key_mask[rows]
+    first = int(key_mask.any(0).long().argmax())
+    return ids[:, first:], key_mask[:, first:]
+
+
+def _check_count(name: str, value) -> None:
+    if isinstance(value, bool) or int(value) != value or value < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+
+
+def _eos_ids(model, given) -> set[int]:
+    """EOS ids: as given, else the model's generation_config, else its config."""
+    if given is None:
+        generation_config = getattr(model, "generation_config", None)
+        given = getattr(generation_config, "eos_token_id", None)
+        if given is None:
+            given = getattr(model.config, "eos_token_id", None)
+    if given is None:
+        return set()
+    return {int(t) for t in ([given] if isinstance(given, int) else given)}
+
+
+def _pad_id(model) -> int:
+    pad = getattr(model.config, "pad_token_id", None)
+    return 0 if pad is None else int(pad)

@@ -1,0 +1,63 @@
+"""Statistics of speculative generation: one `SequenceStats` per sequence, and their `Summary`.
+
+Terms: a round is one draft + one verifier forward; `accepted[i]` is how many drafted tokens round
+i accepted (0..B); each round then adds one correction or bonus token, so a round emits
+accepted + 1 tokens, fewer when EOS or max_new_tokens cuts it. Times are seconds of the batch the
+sequence ran in (draft and verify time of the rounds it took part in; wall from the batch's start
+to its last token).
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass
+class SequenceStats:
+    rounds: int = 0
+    accepted: list[int] = field(default_factory=list)  # accepted drafted tokens per round
+    new_tokens: int = 0
+    draft_s: float = 0.0
+    verify_s: float = 0.0
+    wall_s: float = 0.0
+    exact: bool = False  # the configuration is proven lossless
+    block_size: int = 0
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class Summary:
+    sequences: int
+    new_tokens: int
+    rounds: int
+    acceptance_rate: float  # accepted drafted tokens / drafted tokens
+    mean_accepted: float  # accepted drafted tokens per round
+    tokens_per_round: float  # new tokens per round
+    tokens_per_s: float  # new tokens / wall seconds of all batches
+    latency_s: float  # mean wall seconds per sequence
+    draft_s: float  # total over batches
+    verify_s: float  # total over batches
+    wall_s: float  # total over batches
+    exact: bool
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def summarize(stats: list[SequenceStats], wall_s: float, draft_s: float, verify_s: float) -> Summary:
+    """Aggregates per-sequence statistics; the seconds are totals over all batches."""
+    rounds = sum(s.rounds for s in stats)
+    accepted = sum(sum(s.accepted) for s in stats)
+    drafted = sum(s.rounds * s.block_size for s in stats)
+    new_tokens = sum(s.new_tokens for s in stats)
+    return Summary(
+        sequences=len(stats), new_tokens=new_tokens, rounds=rounds,
+        acceptance_rate=accepted / drafted if drafted else 0.0,
+        mean_accepted=accepted / rounds if rounds else 0.0,
+        tokens_per_round=new_tokens / rounds if rounds else 0.0,
+        tokens_per_s=new_tokens / wall_s if wall_s > 0 else 0.0,
+        latency_s=sum(s.wall_s for s in stats) / len(stats) if stats else 0.0,
+        draft_s=draft_s, verify_s=verify_s, wall_s=wall_s,
+        exact=all(s.exact for s in stats),
+    )

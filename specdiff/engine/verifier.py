@@ -1,0 +1,92 @@
+"""The KV-cached target model of speculative decoding.
+
+The prompt is encoded once (`start`). Each round is ONE forward over the new tokens only, the last
+committed token and the B drafted ones, on the cached prefix (`score`), which gives the target
+distributions p_1..p_{B+1}; `commit` then keeps in the cache only the last committed token and the
+accepted drafted tokens. The prompt is never re-encoded.
+
+The batch is left-padded and right-aligned; rows that keep different numbers of tokens are
+compacted with one gather per layer (`specdiff.lm.cache.keep_columns`), a crop at batch 1.
+
+p is shaped exactly as the model's own sampling would shape it: temperature, then top-k, then
+top-p, as transformers' generate applies them. `score` returns those sampling logits (-inf on
+excluded tokens), which `specdiff.verify(..., inputs="logits")` takes directly.
+"""
+from __future__ import annotations
+
+import torch
+
+from specdiff.lm.cache import cache_kwargs, keep_columns, new_cache
+from specdiff.lm.masks import position_ids
+from specdiff.lm.sampling import check_finite, check_sampling, sampling_logits
+
+
+class Verifier:
+    """model: any transformers causal LM (`AutoModelForCausalLM`), e.g. `specdiff.zoo.load("verifier")`."""
+
+    def __init__(self, model, temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0):
+        check_sampling(temperature, top_p, top_k, "Verifier")
+        self.model, self.temperature, self.top_p, self.top_k = model, temperature, top_p, top_k
+        self.cache, self.cache_mask, self.rounds = None, None, 0
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.model.config.vocab_size)
+
+    @property
+    def max_length(self) -> int | None:
+        return getattr(self.model.config, "max_position_embeddings", None)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @torch.no_grad()
+    def start(self, ids: torch.Tensor, key_mask: torch.Tensor,
+              hidden_layers: tuple[int, ...] | None = None) -> torch.Tensor | None:
+        """Prefills all of the left-padded prompts ids [b, P] but their last token (the first round's
+        "last committed token"). Returns the hidden states of those P-1 columns when asked, else None."""
+        self.cache, self.rounds = new_cache(self.model), 0
+        self.cache_mask = key_mask[:, :0]
+        if ids.shape[1] == 1:
+            return None if hidden_layers is None else self._empty_hidden(ids, hidden_layers)
+        _, hidden = self._forward(ids[:, :-1], key_mask[:, :-1], hidden_layers, logits=False)
+        return hidden
+
+    @torch.no_grad()
+    def score(self, chunk: torch.Tensor, hidden_layers: tuple[int, ...] | None = None):
+        """chunk [b, n]: the last committed token and the drafted ones. Returns (logits [b, n, V], the
+        sampling logits of p_1..p_n, and the chunk's hidden states [b, n, H*] or None)."""
+        self.rounds += 1
+        raw, hidden = self._forward(chunk, torch.ones_like(chunk, dtype=torch.bool), hidden_layers)
+        check_finite(raw, "verifier", self.rounds)
+        return sampling_logits(raw, self.temperature, self.top_p, self.top_k), hidden
+
+    def commit(self, num_kept: torch.Tensor) -> None:
+        """num_kept [b]: keep the first num_kept[r] columns of the last scored chunk in row r's cache."""
+        keep = self.cache_mask.clone()
+        scored = self._last_chunk
+        keep[:, -scored:] = torch.arange(scored, device=keep.device)[None, :] < num_kept[:, None]
+        self.cache_mask = keep_columns(self.cache, keep)
+
+    def select(self, rows: torch.Tensor) -> None:
+        """Keep only the batch rows `rows` [n]."""
+        self.cache.batch_select_indices(rows)
+        self.cache_mask = keep_columns(self.cache, self.cache_mask[rows])
+
+    def _forward(self, chunk, chunk_mask, hidden_layers, logits: bool = True):
+        full_mask = torch.cat([self.cache_mask, chunk_mask], dim=1)  # [b, C + n]
+        positions = position_ids(full_mask)[:, -chunk.shape[1]:]
+        attention = None if bool(full_mask.all()) else full_mask.long()
+        out = self.model(input_ids=chunk, attention_mask=attention, position_ids=positions,
+                         output_hidden_states=hidden_layers is not None, logits_to_keep=0 if logits else 1,
+                         **cache_kwargs(self.model, self.cache))
+        self.cache_mask, self._last_chunk = full_mask, chunk.shape[1]
+        hidden = None
+        if hidden_layers is not None:
+            hidden = torch.cat([out.hidden_states[layer] for layer in hidden_layers], dim=-1)
+        return out.logits, hidden
+
+    def _empty_hidden(self, ids, hidden_layers):
+        width = self.model.config.hidden_size * len(hidden_layers)
+        return torch.zeros(ids.shape[0], 0, width, device=ids.device)
