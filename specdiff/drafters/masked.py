@@ -26,20 +26,27 @@ Loading a real checkpoint where you have one:
     llada = AutoModel.from_pretrained("GSAI-ML/LLaDA-8B-Instruct", trust_remote_code=True)
     drafter = sd.MaskedDiffusionDrafter(llada, steps=4, shift_logits=False, mask_token_id=126336)
 
-`prefix_cache=True` (Fast-dLLM's approximation) encodes the committed tokens once per round and
-reuses their keys and values across the K steps; only the last committed token and the canvas
-are re-encoded. q is still what was sampled from, so verification is as exact as before.
+Prefix caches (`specdiff.drafters.prefix_cache`), approximations that change only what is drafted:
+q is still what was sampled from, so verification is exactly as exact as without them.
+- `prefix_cache=True` ("round", Fast-dLLM's): the committed tokens are encoded once per round and
+  their keys and values reused across the K steps; only the last committed token and the canvas
+  are re-encoded.
+- `prefix_cache="persistent"`: every committed token is encoded once, when it is committed,
+  attending causally to the tokens before it (as the drafter's causal head was trained); each step
+  encodes only the canvas (and, at a round's first step, the newly committed tokens).
 """
 from __future__ import annotations
 
 import torch
 
 from specdiff.drafters.base import Draft, Drafter
-from specdiff.lm.cache import cache_kwargs, new_cache
+from specdiff.drafters.prefix_cache import PersistentPrefix, round_cache_steps
+from specdiff.lm.cache import cache_kwargs
 from specdiff.lm.masks import bidirectional_mask, layer_masks, position_ids
 from specdiff.lm.sampling import check_sampling, sampling_probs
 
 ORDERS = ("entropy", "confidence", "margin", "random", "left_to_right")
+PREFIX_CACHES = (False, "round", "persistent")
 
 
 class MaskedDiffusionDrafter(Drafter):
@@ -52,7 +59,7 @@ class MaskedDiffusionDrafter(Drafter):
     def __init__(self, model, steps: int = 1, threshold: float | None = None, order: str = "entropy",
                  temperature: float = 0.2, top_p: float = 0.95, top_k: int = 0, shift_logits: bool | None = None,
                  mask_token_id: int | None = None, pad_token_id: int | None = None, tokenizer=None,
-                 prefix_cache: bool = False):
+                 prefix_cache: bool | str = False):
         if int(steps) != steps or steps < 1:
             raise ValueError(f"steps (K) must be an integer >= 1, got {steps}")
         if threshold is not None and not 0 < threshold <= 1:
@@ -66,10 +73,13 @@ class MaskedDiffusionDrafter(Drafter):
         self.shift_logits = _resolve_shift(model, shift_logits)
         self.mask_token_id = _resolve_id(model, tokenizer, "mask_token_id", mask_token_id)
         self.pad_token_id = _resolve_id(model, tokenizer, "pad_token_id", pad_token_id)
+        prefix_cache = {False: False, None: False, True: "round"}.get(prefix_cache, prefix_cache)
+        if prefix_cache not in PREFIX_CACHES:
+            raise ValueError(f"unknown prefix_cache {prefix_cache!r}: expected False, True / 'round', or 'persistent'")
         if prefix_cache and not self.causal_class:
             raise ValueError("prefix_cache needs a model with a KV cache (a causal-LM class run bidirectionally, "
                              f"as Dream); {type(model).__name__} has none")
-        self.prefix_cache = prefix_cache
+        self.prefix_cache, self.persistent = prefix_cache, None
 
     @property
     def exact_marginal(self) -> bool:
@@ -90,34 +100,25 @@ class MaskedDiffusionDrafter(Drafter):
 
     def _step_logits_fn(self, tokens: torch.Tensor, key_mask: torch.Tensor, block_size: int):
         """A function canvas [b, B] -> logits [b, B, V] of the canvas positions, one denoising step."""
+        if self.prefix_cache == "persistent":
+            return self.persistent.step_logits_fn(tokens, key_mask, block_size)
+        if self.prefix_cache == "round":
+            return round_cache_steps(self.model, tokens, key_mask, block_size, self.shift_logits)
         model, shift = self.model, self.shift_logits
         columns = torch.arange(tokens.shape[1] - block_size, tokens.shape[1], device=tokens.device)
-        if not self.prefix_cache:
-            def step(canvas):
-                tokens[:, -block_size:] = canvas
-                return bidirectional_logits(model, tokens, key_mask, columns, shift)
-            return step
-        # Fast-dLLM prefix cache: keys and values of all committed tokens but the last, computed at the
-        # first step of the round; each step re-encodes [last committed token, canvas] against them.
-        cache, positions, state = new_cache(model), position_ids(key_mask), {"first": True}
-        chunk = block_size + 1
-        mask = None if bool(key_mask.all()) else bidirectional_mask(key_mask, chunk)
-        # outputs over [last, canvas] kept for the canvas: shifted, columns 0..B-1; else 1..B
-        keep = torch.arange(0 if shift else 1, block_size + (0 if shift else 1), device=tokens.device)
 
         def step(canvas):
             tokens[:, -block_size:] = canvas
-            if state["first"]:
-                state["first"] = False
-                logits = bidirectional_logits(model, tokens, key_mask, columns, shift, cache=cache)
-                cache.crop(-chunk)
-                return logits
-            out = model(input_ids=tokens[:, -chunk:], attention_mask=layer_masks(model, mask),
-                        position_ids=positions[:, -chunk:], is_causal=False, logits_to_keep=keep,
-                        **cache_kwargs(model, cache)).logits
-            cache.crop(-chunk)
-            return out
+            return bidirectional_logits(model, tokens, key_mask, columns, shift)
         return step
+
+    def start(self, ids, key_mask, verifier_hidden=None) -> None:
+        if self.prefix_cache == "persistent":
+            self.persistent = PersistentPrefix(self.model, self.shift_logits, key_mask)
+
+    def select(self, rows: torch.Tensor) -> None:
+        if self.prefix_cache == "persistent":
+            self.persistent.select(rows)
 
     @torch.no_grad()
     def generate(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, canvas_tokens: int,

@@ -20,17 +20,10 @@ import time
 import torch
 
 from specdiff.eval import tasks
+from specdiff.lm.masks import left_pad
 from specdiff.zoo import configs
 
 VERIFY_TOKENS = 17  # B + 1 with block B = 16
-
-
-def _left_pad(rows: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Left-pads token rows. Returns ids [b, L] and mask [b, L] (1 on real tokens)."""
-    length = max(map(len, rows))
-    ids = torch.tensor([[pad] * (length - len(r)) + r for r in rows])
-    mask = torch.tensor([[0] * (length - len(r)) + [1] * len(r) for r in rows])
-    return ids, mask
 
 
 def _cut_at_eos(ids: list[int], tokenizer) -> list[int]:
@@ -53,17 +46,17 @@ def generate_answers(model, tokenizer, name: str, prompts: list[str], greedy: bo
     texts, id_rows = [], []
     for start in range(0, len(prompts), batch_size):
         rows = [tokenizer(p).input_ids for p in prompts[start:start + batch_size]]
-        ids, mask = _left_pad(rows, tokenizer.pad_token_id)
+        ids, mask = left_pad(rows, tokenizer.pad_token_id)
         if configs.TRAINING[name]["objective"] == "mdlm":
             from specdiff.drafters.masked import MaskedDiffusionDrafter
 
-            drafter = MaskedDiffusionDrafter(model, tokenizer.mask_token_id, tokenizer.pad_token_id,
+            drafter = MaskedDiffusionDrafter(model, tokenizer=tokenizer,
                                              temperature=0.0 if greedy else sampling["temperature"],
                                              top_p=sampling["top_p"], top_k=sampling["top_k"], order=sampling["order"])
             new = drafter.generate(ids, mask.bool(), max_new_tokens, steps=max_new_tokens, generator=generator)
         else:
             kwargs = dict(do_sample=False) if greedy else dict(do_sample=True, **{k: sampling[k] for k in ("temperature", "top_p", "top_k")})
-            out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens,
+            out = model.generate(input_ids=ids, attention_mask=mask.long(), max_new_tokens=max_new_tokens,
                                  eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, **kwargs)
             new = out[:, ids.shape[1]:]
         for row in new.tolist():
@@ -90,7 +83,7 @@ def step_fn(model, name: str, typical_length: int):
     columns to the vocabulary, as `denoise` does when drafting."""
     from transformers import DynamicCache
 
-    from specdiff.drafters.base import cache_kwargs
+    from specdiff.lm.cache import cache_kwargs
 
     ids = torch.randint(5, model.config.vocab_size, (1, typical_length))
     if configs.TRAINING[name]["objective"] == "mdlm":

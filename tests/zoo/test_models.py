@@ -84,7 +84,7 @@ def test_masked_drafter_draft_and_generate(tok):
     length = max(map(len, rows))
     ids = torch.tensor([[tok.pad_token_id] * (length - len(r)) + r for r in rows])
     mask = ids != tok.pad_token_id
-    drafter = MaskedDiffusionDrafter(model, tok.mask_token_id, tok.pad_token_id, steps=4)
+    drafter = MaskedDiffusionDrafter(model, steps=4, tokenizer=tok)
     draft = drafter.draft(ids, mask, 8, generator=torch.Generator().manual_seed(0))
     assert draft.tokens.shape == (2, 8) and draft.probs.shape == (2, 8, len(tok))
     assert (draft.tokens != tok.mask_token_id).all()

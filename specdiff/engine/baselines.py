@@ -1,0 +1,71 @@
+"""What speculative generation is compared against, on the same prompts and sampling settings:
+
+- `autoregressive_generate`: plain decoding of the verifier with its KV cache, one token per
+  forward, the minimal loop (prefill, then sample and feed one token at a time);
+- `hf_generate`: Hugging Face `generate(do_sample=True)`, optionally with `assistant_model=`
+  (transformers' assisted generation, its speculative decoding), one prompt at a time.
+
+Both return (token_ids per row, wall seconds), token ids ending with EOS if emitted.
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+
+from specdiff.lm.cache import cache_kwargs, new_cache
+from specdiff.lm.masks import left_pad, position_ids
+from specdiff.lm.sampling import sampling_probs
+
+
+@torch.no_grad()
+def autoregressive_generate(model, rows: list[list[int]], max_new_tokens: int, eos_token_ids: set[int],
+                            temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0,
+                            generator: torch.Generator | None = None, pad_token_id: int = 0):
+    """Plain cached decoding of a batch of prompts (rows of token ids). Returns (ids per row, seconds)."""
+    begin = time.perf_counter()
+    device = next(model.parameters()).device
+    ids, key_mask = left_pad(rows, pad_token_id, device)
+    cache = new_cache(model)
+    attention = None if bool(key_mask.all()) else key_mask.long()
+    logits = model(input_ids=ids, attention_mask=attention, position_ids=position_ids(key_mask), logits_to_keep=1,
+                   **cache_kwargs(model, cache)).logits[:, -1]
+    positions = key_mask.sum(-1, keepdim=True) - 1  # [b, 1]
+    outputs = [[] for _ in rows]
+    done = torch.zeros(len(rows), dtype=torch.bool, device=device)
+    eos = torch.tensor(sorted(eos_token_ids) or [-1], device=device)
+    for _ in range(max_new_tokens):
+        token = torch.multinomial(sampling_probs(logits, temperature, top_p, top_k), 1, generator=generator)  # [b, 1]
+        for row, value in enumerate(token.squeeze(1).tolist()):
+            if not done[row]:
+                outputs[row].append(value)
+        done |= torch.isin(token.squeeze(1), eos)
+        if bool(done.all()):
+            break
+        positions = positions + 1
+        if attention is not None:
+            attention = torch.cat([attention, torch.ones_like(token)], dim=1)
+        logits = model(input_ids=token, attention_mask=attention, position_ids=positions, logits_to_keep=1,
+                       **cache_kwargs(model, cache)).logits[:, -1]
+    return outputs, time.perf_counter() - begin
+
+
+@torch.no_grad()
+def hf_generate(model, rows: list[list[int]], max_new_tokens: int, eos_token_ids: set[int], temperature: float,
+                top_p: float, top_k: int, assistant_model=None, seed: int = 0):
+    """transformers' generate(do_sample=True), one prompt at a time (assisted generation takes batch 1).
+    Returns (ids per row, seconds)."""
+    device = next(model.parameters()).device
+    outputs = []
+    torch.manual_seed(seed)
+    begin = time.perf_counter()
+    for row in rows:
+        ids = torch.tensor([row], device=device)
+        kwargs = {} if assistant_model is None else {"assistant_model": assistant_model}
+        out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
+                             do_sample=True, temperature=temperature, top_p=top_p, top_k=top_k,
+                             eos_token_id=sorted(eos_token_ids), pad_token_id=model.config.pad_token_id, **kwargs)
+        new = out[0, len(row):].tolist()
+        cut = next((i + 1 for i, token in enumerate(new) if token in eos_token_ids), len(new))
+        outputs.append(new[:cut])
+    return outputs, time.perf_counter() - begin
