@@ -14,7 +14,7 @@ import torch
 from specdiff.drafters.base import Draft, Drafter
 from specdiff.lm.cache import cache_kwargs, keep_columns, new_cache
 from specdiff.lm.masks import position_ids
-from specdiff.lm.sampling import check_sampling, sampling_probs
+from specdiff.lm.sampling import check_finite, check_sampling, sampling_probs
 
 
 class AutoregressiveDrafter(Drafter):
@@ -62,6 +62,7 @@ class AutoregressiveDrafter(Drafter):
         out = self.model(input_ids=chunk, attention_mask=attention, position_ids=positions, logits_to_keep=1,
                          **cache_kwargs(self.model, self.cache))
         self.cache_mask = full_mask
+        check_finite(out.logits, "drafter")
         return out.logits[:, -1].float()
 
     def commit(self, num_accepted: torch.Tensor, verifier_hidden=None) -> None:

@@ -43,7 +43,7 @@ from specdiff.drafters.base import Draft, Drafter
 from specdiff.drafters.prefix_cache import PersistentPrefix, round_cache_steps
 from specdiff.lm.cache import cache_kwargs
 from specdiff.lm.masks import bidirectional_mask, layer_masks, position_ids
-from specdiff.lm.sampling import check_sampling, sampling_probs
+from specdiff.lm.sampling import check_finite, check_sampling, sampling_probs
 
 ORDERS = ("entropy", "confidence", "margin", "random", "left_to_right")
 PREFIX_CACHES = (False, "round", "persistent")
@@ -148,6 +148,7 @@ def unmask_canvas(step_logits, canvas: torch.Tensor, mask_token_id: int, steps: 
     step = 0
     while probs_out is None or bool(still_masked.any()):
         logits = step_logits(canvas).float()  # [b, B, V]
+        check_finite(logits, "drafter")
         logits[..., mask_token_id] = float("-inf")  # never propose the mask token
         probs = sampling_probs(logits, temperature, top_p, top_k)  # [b, B, V]
         sampled = torch.multinomial(probs.view(-1, probs.shape[-1]), 1, generator=generator).view(batch, block)

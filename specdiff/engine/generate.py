@@ -27,6 +27,7 @@ from specdiff.acceptance import Lossless, check_rule
 from specdiff.engine.stats import SequenceStats, Summary, summarize
 from specdiff.lm.cache import compaction_index, gather_columns
 from specdiff.lm.masks import left_pad
+from specdiff.lm.sampling import NonFiniteLogits
 from specdiff.verify import METHODS, verify
 
 PROPOSALS = ("marginal", "point_mass")
@@ -63,8 +64,9 @@ class SpeculativeGenerator:
         self.exact = isinstance(rule, Lossless) and (proposal == "point_mass" or drafter.exact_marginal)
 
     def generate(self, prompts, max_new_tokens: int = 256, generator: torch.Generator | None = None,
-                 progress: bool = False) -> GenerationOutput:
-        """prompts: strings (needs a tokenizer) or lists of token ids, any number, any lengths."""
+                 progress: bool = False, on_round=None) -> GenerationOutput:
+        """prompts: strings (needs a tokenizer) or lists of token ids, any number, any lengths.
+        on_round(round_index, live_rows), if given, is called after every round (instrumentation)."""
         _check_count("max_new_tokens", max_new_tokens)
         rows = self._tokenize(prompts)
         budgets = self._budgets(rows, int(max_new_tokens))
@@ -75,7 +77,8 @@ class SpeculativeGenerator:
             batches = tqdm(batches, desc="batches", leave=False)
         for start in batches:
             end = start + self.batch_size
-            ids, batch_stats, batch_totals = self._generate_batch(rows[start:end], budgets[start:end], generator)
+            ids, batch_stats, batch_totals = self._generate_batch(rows[start:end], budgets[start:end], generator,
+                                                                  on_round)
             token_ids += ids
             stats += batch_stats
             for key in totals:
@@ -87,7 +90,7 @@ class SpeculativeGenerator:
         return GenerationOutput(texts=texts, token_ids=token_ids, stats=stats, summary=summary)
 
     @torch.no_grad()
-    def _generate_batch(self, rows: list[list[int]], budgets: list[int], generator):
+    def _generate_batch(self, rows: list[list[int]], budgets: list[int], generator, on_round=None):
         drafter, verifier, block = self.drafter, self.verifier, self.block_size
         begin = time.perf_counter()
         ids, key_mask = left_pad(rows, _pad_id(verifier.model), device=verifier.device)  # [b, P]
@@ -102,7 +105,10 @@ class SpeculativeGenerator:
         while live:
             round_index += 1
             round_start = time.perf_counter()
-            draft = drafter.propose(ids, key_mask, block, generator)  # tokens [b, B], probs [b, B, V]
+            try:
+                draft = drafter.propose(ids, key_mask, block, generator)  # tokens [b, B], probs [b, B, V]
+            except NonFiniteLogits as error:
+                raise NonFiniteLogits(error.who, error.kind, round_index) from None
             sync()
             drafted = time.perf_counter()
             if draft.probs is not None and bool(torch.isnan(draft.probs).any()):
@@ -152,6 +158,8 @@ class SpeculativeGenerator:
                 ids, key_mask = _select(ids, key_mask, selected)
                 verifier.select(selected)
                 drafter.select(selected)
+            if on_round is not None:
+                on_round(round_index, len(live))
         totals["wall_s"] = time.perf_counter() - begin
         return outputs, stats, totals
 

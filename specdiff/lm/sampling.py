@@ -48,9 +48,16 @@ def sampling_probs(logits: torch.Tensor, temperature: float, top_p: float = 1.0,
     return torch.softmax(sampling_logits(logits, temperature, top_p, top_k), dim=-1)
 
 
-def check_finite(logits: torch.Tensor, who: str, round_index: int | None = None) -> None:
-    """Raises a clear error when a model's raw logits hold NaN or inf."""
-    if not bool(torch.isfinite(logits).all()):
-        bad = "NaN" if bool(torch.isnan(logits).any()) else "inf"
+class NonFiniteLogits(ValueError):
+    """A model's logits hold NaN or inf; names the model and, once known, the round."""
+
+    def __init__(self, who: str, kind: str, round_index: int | None = None):
+        self.who, self.kind = who, kind
         where = "" if round_index is None else f" in round {round_index}"
-        raise ValueError(f"the {who}'s logits hold {bad}{where}; check the model's weights and dtype")
+        super().__init__(f"the {who}'s logits hold {kind}{where}; check the model's weights and dtype")
+
+
+def check_finite(logits: torch.Tensor, who: str, round_index: int | None = None) -> None:
+    """Raises NonFiniteLogits when a model's raw logits hold NaN or inf."""
+    if not bool(torch.isfinite(logits).all()):
+        raise NonFiniteLogits(who, "NaN" if bool(torch.isnan(logits).any()) else "inf", round_index)

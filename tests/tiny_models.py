@@ -1,0 +1,46 @@
+"""Tiny random transformers models for the engine tests (built in the test, nothing downloaded),
+and the exact distribution of a verifier's first tokens by enumeration (not a test module)."""
+from __future__ import annotations
+
+import itertools
+
+import torch
+
+from specdiff.lm.sampling import sampling_probs
+
+
+def tiny_qwen3(vocab: int = 4, seed: int = 0, layers: int = 1, logit_scale: float = 1.5, context: int = 64,
+               bidirectional: bool = False):
+    """A Qwen3ForCausalLM with peaked next-token distributions (lm_head ~ N(0, logit_scale^2)).
+    bidirectional=True marks it as a Dream-style masked drafter: shifted logits, mask id vocab-1."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    extra = dict(logits_shift=1, mask_token_id=vocab - 1, is_causal=False) if bidirectional else {}
+    config = Qwen3Config(vocab_size=vocab, hidden_size=16, intermediate_size=32, num_hidden_layers=layers,
+                         num_attention_heads=2, num_key_value_heads=1, head_dim=8, max_position_embeddings=context,
+                         tie_word_embeddings=False, pad_token_id=0, bos_token_id=None, eos_token_id=None, **extra)
+    torch.manual_seed(seed)
+    model = Qwen3ForCausalLM(config).eval()
+    with torch.no_grad():
+        model.lm_head.weight.normal_(0.0, logit_scale)
+    return model
+
+
+def exact_continuations(model, prompt: list[int], length: int, temperature=1.0, top_p=1.0, top_k=0) -> torch.Tensor:
+    """P(x_1..x_length | prompt) under the model's sampling distribution, for every sequence, as a
+    flat tensor [V^length] indexed by x_1 V^(length-1) + ... + x_length (no cache, full forwards)."""
+    vocab = model.config.vocab_size
+    sequences = torch.tensor(list(itertools.product(range(vocab), repeat=length)))  # [V^n, n]
+    ids = torch.cat([torch.tensor(prompt).expand(len(sequences), -1), sequences], dim=1)
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits.double()  # [V^n, P + n, V]
+    probs = sampling_probs(logits[:, len(prompt) - 1:-1], temperature, top_p, top_k)  # [V^n, n, V]
+    picked = probs.gather(-1, sequences[..., None]).squeeze(-1)  # [V^n, n]
+    return picked.prod(-1)
+
+
+def sequence_index(rows: list[list[int]], vocab: int, length: int) -> torch.Tensor:
+    """Flat index of each row's first `length` tokens (rows must have at least that many)."""
+    tokens = torch.tensor([row[:length] for row in rows])
+    weights = vocab ** torch.arange(length - 1, -1, -1)
+    return (tokens * weights).sum(-1)
