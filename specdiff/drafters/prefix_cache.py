@@ -79,7 +79,7 @@ class PersistentPrefix:
                 self.cache_mask = keep_columns(cache, full_mask[:, :-block_size])
                 keys = torch.cat([self.cache_mask, canvas_mask], dim=1)  # the compacted layout
                 state["canvas_only"] = None if bool(keys.all()) else bidirectional_mask(keys, block_size)
-                state["head"] = logits[:, :1] if shift else None  # token 0's logits, fixed: its query is causal
+                state["head"] = logits[:, :1].clone() if shift else None  # token 0's logits, fixed: its query is causal
                 return logits
             keep = torch.arange(0, block_size - 1 if shift else block_size, device=device)
             out = model(input_ids=canvas, attention_mask=layer_masks(model, state["canvas_only"]),
