@@ -13,6 +13,7 @@ import sys
 # module path -> registers one or more subcommands
 SUBCOMMAND_MODULES = [
     "specdiff.commands.demo",
+    "specdiff.commands.generate",
     "specdiff.commands.bench",
     "specdiff.zoo.cli",
     "specdiff.continuous.cli",

@@ -1,200 +1,168 @@
-"""`specdiff demo`: every acceptance rule on a synthetic pair of distributions.
+"""`specdiff demo`: the main job on the shipped testbed.
 
-Until the shipped testbed and the generation engine exist, the demo shows what verify() does:
-for each rule, the first-position acceptance rate and the distance of what it emits from the
-verifier, theory beside measurement, and the mean accepted length of token against block
-verification over a block of B positions.
+On the first `--problems` arith test problems, one problem at a time, it runs plain autoregressive
+decoding of the verifier, classic speculative decoding with the small autoregressive drafter, and
+speculative diffusion with the masked diffusion drafter at a few (effort K, leniency) points. It
+prints accuracy, tokens/s, latency, speedup over plain decoding, mean accepted tokens per round
+and whether the configuration is lossless, and writes a PNG of accuracy against throughput.
+
+`specdiff demo --rules` is the synthetic one-position demo of every acceptance rule.
 """
 from __future__ import annotations
 
 import json
+import os
+
+from specdiff.commands import rules_demo
 
 
-def register(subparsers) -> None:
-    demo = subparsers.add_parser("demo", help="run the main job: every rule on a synthetic verifier/drafter pair")
-    demo.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    demo.add_argument("--samples", type=int, default=100_000, help="rows verified in one batched call per rule and method")
-    demo.add_argument("--vocab", type=int, default=64, help="vocabulary size of the synthetic pair")
-    demo.add_argument("--block", type=int, default=4, help="draft length B for the token/block comparison")
-    demo.add_argument("--seed", type=int, default=0)
-    demo.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
-    demo.add_argument("--plot", metavar="PNG", default=None,
-                      help="also save acceptance against distance to the verifier, theory curves and measured points")
-    demo.set_defaults(handler=run_demo)
+def demo_configs():
+    """The demo's configurations: baselines, then effort and leniency moving together."""
+    from specdiff.engine.runs import RunConfig
 
-
-def synthetic_pair(vocab: int, seed: int):
-    """A peaked verifier p and a flatter, shifted drafter q over `vocab` tokens (float64)."""
-    import torch
-
-    generator = torch.Generator().manual_seed(seed)
-    base = torch.randn(vocab, generator=generator, dtype=torch.float64)
-    p = torch.softmax(2.0 * base, dim=0)
-    q = torch.softmax(1.2 * base + 0.8 * torch.randn(vocab, generator=generator, dtype=torch.float64), dim=0)
-    return p, q
-
-
-def demo_rules():
-    import specdiff as sd
-
+    masked = dict(drafter="masked-drafter", prefix_cache="persistent")
     return [
-        sd.Lossless(),
-        sd.Linear(0.2),
-        sd.Linear(0.5),
-        sd.TVBudget(0.1),
-        sd.TVBudget(0.3),
-        sd.Cactus(0.005),
-        sd.Cactus(0.02),
-        sd.Cactus(0.02, solver="taylor"),
+        RunConfig("autoregressive (verifier)", drafter=None),
+        RunConfig("AR drafter, B=8", drafter="ar-drafter", block_size=8),
+        RunConfig("masked K=1 B=8", steps=1, block_size=8, **masked),
+        RunConfig("masked K=4 B=16", steps=4, block_size=16, **masked),
+        RunConfig("masked K=4 B=16 point mass", steps=4, block_size=16, proposal="point_mass", **masked),
+        RunConfig("masked K=4 B=16 Linear(0.1)", steps=4, block_size=16, rule="linear", leniency=0.1, **masked),
+        RunConfig("masked K=2 B=8 Linear(0.2)", steps=2, block_size=8, rule="linear", leniency=0.2, **masked),
+        RunConfig("masked K=1 B=8 Linear(0.3)", steps=1, block_size=8, rule="linear", leniency=0.3, **masked),
     ]
 
 
-def short_name(rule) -> str:
-    """Lossless, Linear(0.2), TVBudget(0.1), Cactus(0.02), Cactus-taylor(0.02)."""
-    import dataclasses
+def register(subparsers) -> None:
+    demo = subparsers.add_parser(
+        "demo", help="the main job: speculative diffusion on the shipped testbed, beside plain and AR-drafted decoding",
+        description="Speculative diffusion on the shipped testbed (arith test problems): plain decoding of the "
+                    "verifier, classic speculative decoding, and masked-diffusion drafting at several (K, leniency) "
+                    "points. --rules: the synthetic one-position demo of every acceptance rule.")
+    demo.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    demo.add_argument("--problems", type=int, default=50, help="arith test problems (default 50)")
+    demo.add_argument("--max-new-tokens", type=int, default=96, help="per problem (default 96)")
+    demo.add_argument("--threads", type=int, default=min(2, os.cpu_count() or 1),
+                      help="torch threads (default: min(2, cores))")
+    demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--plot", metavar="PNG", default="demo_frontier.png",
+                      help="accuracy against throughput (default demo_frontier.png; '' for none)")
+    demo.add_argument("--rules", action="store_true", help="the synthetic demo of every acceptance rule instead")
+    rules = demo.add_argument_group("--rules options")
+    rules.add_argument("--samples", type=int, default=100_000, help="rows verified per rule and method")
+    rules.add_argument("--vocab", type=int, default=64, help="vocabulary size of the synthetic pair")
+    rules.add_argument("--block", type=int, default=4, help="draft length B for the token/block comparison")
+    demo.set_defaults(handler=run)
 
-    name = type(rule).__name__
-    values = [getattr(rule, field.name) for field in dataclasses.fields(rule) if field.name != "solver"]
-    if not values:
-        return name
-    solver = "-taylor" if getattr(rule, "solver", "newton") == "taylor" else ""
-    return f"{name}{solver}({values[0]:g})"
 
-
-def measure_rule(rule, p, q, samples: int, block_len: int, seed: int) -> dict:
+def run(args) -> int:
+    for flag in ("problems", "max_new_tokens", "threads"):
+        if getattr(args, flag) < 1:
+            raise ValueError(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")
+    if args.plot:
+        _check_writable(args.plot)
+    if args.rules:
+        args.plot = args.plot if args.plot != "demo_frontier.png" else None
+        return rules_demo.run_demo(args)
     import torch
 
-    import specdiff as sd
-    from specdiff import theory
+    from specdiff.engine.runs import ModelCache, run_config
+    from specdiff.eval import tasks
 
-    vocab = p.shape[0]
-    generator = torch.Generator().manual_seed(seed)
-    draft = torch.multinomial(q.expand(samples, vocab), block_len, replacement=True, generator=generator)  # [N, B]
-    target_probs = p.expand(samples, block_len + 1, vocab)  # [N, B+1, V]
-    draft_probs = q.expand(samples, block_len, vocab)  # [N, B, V]
-    token = sd.verify(draft, draft_probs, target_probs, rule=rule, method="token", generator=generator)
-    # block verification reads every position densely; 20k rows pin its mean length to ~0.01
-    block_rows = min(samples, 20_000)
-    block = sd.verify(draft[:block_rows], draft_probs[:block_rows], target_probs[:block_rows], rule=rule,
-                      method="block", generator=generator)
-    emitted = torch.bincount(token.tokens[:, 0], minlength=vocab).double() / samples
-    target = theory.emitted_distribution(rule, p, q)
-    return {
-        "rule": short_name(rule),
-        "accept_theory": float(theory.acceptance_rate(rule, p, q)),
-        "accept_measured": (token.num_accepted >= 1).double().mean().item(),
-        "tv_to_verifier_theory": float(theory.total_variation(target, p)),
-        "tv_to_verifier_measured": float(theory.total_variation(emitted, p)),
-        "tv_to_rule_target": float(theory.total_variation(emitted, target)),
-        "mean_accepted_token": token.num_accepted[:block_rows].double().mean().item(),
-        "mean_accepted_block": block.num_accepted.double().mean().item(),
-        "block_rows": block_rows,
-    }
-
-
-def run_demo(args) -> int:
-    import torch
-
-    from specdiff import theory
-
+    _quiet_transformers()
     torch.set_num_threads(args.threads)
-    p, q = synthetic_pair(args.vocab, args.seed)
+    problems = tasks.arith_problems("test", args.problems)
+    prompts, targets = [p.prompt for p in problems], [p.target for p in problems]
+    cache = ModelCache()
+    configs = demo_configs()
+    _warm_up(configs, cache, prompts[0])
     rows = []
-    if args.json:
-        rows = [measure_rule(rule, p, q, args.samples, args.block, args.seed + i) for i, rule in enumerate(demo_rules())]
-    else:
-        from rich.progress import track
+    from tqdm.auto import tqdm
 
-        for i, rule in track(list(enumerate(demo_rules())), description="verifying", transient=True):
-            rows.append(measure_rule(rule, p, q, args.samples, args.block, args.seed + i))
-    result = {
-        "demo": "synthetic",
-        "vocab": args.vocab,
-        "samples": args.samples,
-        "block": args.block,
-        "tv_p_q": float(theory.total_variation(p, q)),
-        "rules": rows,
-    }
+    for config in tqdm(configs, desc="configurations", disable=args.json, leave=False):
+        result = run_config(config, prompts, targets, cache, args.max_new_tokens, seed=args.seed,
+                            progress=not args.json, is_correct=tasks.is_correct)
+        result.pop("records")
+        rows.append(result)
+    base = rows[0]["tokens_per_s"]
+    for row in rows:
+        row["speedup"] = row["tokens_per_s"] / base
+    out = {"task": "arith", "split": "test", "problems": args.problems, "max_new_tokens": args.max_new_tokens,
+           "threads": args.threads, "seed": args.seed, "rows": rows}
     if args.plot:
-        result["plot"] = save_tradeoff_plot(p, q, rows, args.plot)
+        out["plot"] = save_frontier_plot(rows, args.plot)
     if args.json:
-        print(json.dumps(result, indent=2))
-        return 0
-    _print_table(result)
-    if args.plot:
-        print(f"plot: {result['plot']}")
+        print(json.dumps(out, indent=1))
+    else:
+        _print_table(out)
     return 0
 
 
-def save_tradeoff_plot(p, q, rows, path: str) -> str:
-    """Acceptance against TV(emitted, p) for each leniency family: the one-position tradeoff."""
+def _warm_up(configs, cache, prompt) -> None:
+    """One short generation per distinct model, so that the first configuration is not timed cold."""
+    from specdiff.engine.runs import run_config
+
+    for config in configs[:3]:
+        run_config(config, [prompt], None, cache, 8)
+
+
+def save_frontier_plot(rows: list[dict], path: str) -> str:
+    """Accuracy (with its standard error) against tokens/s, one labelled point per configuration."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    import torch
 
-    import specdiff as sd
-    from specdiff import theory
-
-    families = {
-        "Linear(lam)": [sd.Linear(float(lam)) for lam in torch.linspace(0, 1, 21)],
-        "TVBudget(eps)": [sd.TVBudget(float(eps)) for eps in torch.linspace(0, 0.5, 21)],
-        "Cactus(delta)": [sd.Cactus(float(delta)) for delta in torch.logspace(-4, 0, 21)],
-        "Cactus-taylor(delta)": [sd.Cactus(float(delta), solver="taylor") for delta in torch.logspace(-4, 0, 21)],
-    }
-    figure, axis = plt.subplots(figsize=(6.5, 4.5))
-    for label, rules in families.items():
-        distance = [float(theory.total_variation(theory.emitted_distribution(rule, p, q), p)) for rule in rules]
-        acceptance = [float(theory.acceptance_rate(rule, p, q)) for rule in rules]
-        axis.plot(distance, acceptance, marker=".", label=f"{label} (theory)")
-    tv_pq = float(theory.total_variation(p, q))
-    axis.plot([0, tv_pq], [1 - tv_pq, 1.0], color="grey", linestyle="--", linewidth=3, alpha=0.4, zorder=0,
-              label="Theorem 1 bound: 1 - TV(p,q) + eps")
-    axis.scatter([row["tv_to_verifier_measured"] for row in rows], [row["accept_measured"] for row in rows],
-                 color="black", zorder=5, label="measured (demo rules)")
-    axis.set_xlabel("TV(emitted, verifier p)  (quality loss)")
-    axis.set_ylabel("first-position acceptance  (speed)")
-    axis.set_title("Leniency buys acceptance: one position of the synthetic pair")
+    figure, axis = plt.subplots(figsize=(7.5, 4.8))
+    for row in rows:
+        style = dict(marker="o" if row["exact"] else "s", markersize=7,
+                     markerfacecolor="tab:blue" if row["exact"] else "white", color="tab:blue")
+        if row["config"].startswith("autoregressive"):
+            style.update(color="black", markerfacecolor="black")
+        axis.errorbar(row["tokens_per_s"], row["accuracy"], yerr=row["accuracy_stderr"], capsize=3, **style)
+        axis.annotate(row["config"], (row["tokens_per_s"], row["accuracy"]), fontsize=7, xytext=(5, 4),
+                      textcoords="offset points")
+    axis.set_xlabel("throughput (generated tokens / s, batch 1)")
+    axis.set_ylabel("accuracy (arith test, ± 1 s.e.)")
+    axis.set_title("Speculative diffusion on the testbed: effort K and leniency\n"
+                   "filled: lossless (exact); hollow: approximate (marginal out of order, or lenient)")
     axis.grid(alpha=0.3)
-    axis.legend(fontsize=8)
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     plt.close(figure)
     return path
 
 
-def _print_table(result: dict) -> None:
+def _print_table(out: dict) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console(width=max(Console().width, 112))
-    table = Table(
-        title=f"verifier p vs drafter q, V={result['vocab']}, TV(p,q)={result['tv_p_q']:.3f}, "
-        f"{result['samples']:,} rows per rule",
-    )
-    table.add_column("rule", no_wrap=True)
-    table.add_column("accept\ntheory", justify="right")
-    table.add_column("accept\nmeasured", justify="right")
-    table.add_column("TV to p\ntheory", justify="right")
-    table.add_column("TV to p\nmeasured", justify="right")
-    table.add_column("TV to\nrule target", justify="right")
-    table.add_column(f"accepted\ntoken B={result['block']}", justify="right")
-    table.add_column(f"accepted\nblock B={result['block']}", justify="right")
-    for row in result["rules"]:
-        table.add_row(
-            row["rule"],
-            f"{row['accept_theory']:.4f}",
-            f"{row['accept_measured']:.4f}",
-            f"{row['tv_to_verifier_theory']:.4f}",
-            f"{row['tv_to_verifier_measured']:.4f}",
-            f"{row['tv_to_rule_target']:.4f}",
-            f"{row['mean_accepted_token']:.3f}",
-            f"{row['mean_accepted_block']:.3f}",
-        )
+    table = Table(title=f"arith test, {out['problems']} problems, batch 1, {out['threads']} threads")
+    for column in ("configuration", "accuracy", "tokens/s", "latency ms", "speedup", "accepted/round", "exact"):
+        table.add_column(column, justify="left" if column == "configuration" else "right")
+    for row in out["rows"]:
+        accepted = f"{row['mean_accepted']:.2f}" if "mean_accepted" in row else "-"
+        table.add_row(row["config"], f"{row['accuracy']:.2f} ± {row['accuracy_stderr']:.2f}",
+                      f"{row['tokens_per_s']:.0f}", f"{1000 * row['latency_s']:.0f}", f"{row['speedup']:.2f}x",
+                      accepted, "yes" if row["exact"] else "no")
+    console = Console(width=max(Console().width, 110))
     console.print(table)
-    console.print(
-        "Lossless emits p exactly (TV to p is sampling noise); Linear/TVBudget move toward q by "
-        "lam*TV(p,q) (Theorem 1) and Cactus by its KL budget, buying acceptance. Block verification "
-        "accepts at least as many tokens as token verification (Sun et al. 2025)."
-    )
+    if "plot" in out:
+        console.print(f"plot: {out['plot']}")
+    console.print("Lossless rows keep the verifier's accuracy; leniency buys acceptance and costs accuracy "
+                  "unless effort K rises with it (docs/engine.md).")
+
+
+def _check_writable(path: str) -> None:
+    directory = os.path.dirname(os.path.abspath(path)) or "."
+    if path.endswith(os.sep) or os.path.isdir(path):
+        raise ValueError(f"--plot {path!r} is a directory; give a file name such as {os.path.join(path, 'plot.png')}")
+    if not os.path.isdir(directory) or not os.access(directory, os.W_OK):
+        raise ValueError(f"--plot: cannot write into {directory!r} (missing or not writable)")
+
+
+def _quiet_transformers() -> None:
+    """No per-model 'Loading weights' bars between the command's own progress bars."""
+    from transformers.utils import logging
+
+    logging.disable_progress_bar()

@@ -70,9 +70,9 @@ class SpeculativeGenerator:
         _check_count("max_new_tokens", max_new_tokens)
         rows = self._tokenize(prompts)
         budgets = self._budgets(rows, int(max_new_tokens))
-        token_ids, stats, totals = [], [], {"draft_s": 0.0, "verify_s": 0.0, "wall_s": 0.0}
+        token_ids, stats, totals = [], [], {"draft_s": 0.0, "verify_s": 0.0, "forward_s": 0.0, "wall_s": 0.0}
         batches = range(0, len(rows), self.batch_size)
-        if progress:
+        if progress and len(batches) > 1:
             from tqdm.auto import tqdm
             batches = tqdm(batches, desc="batches", leave=False)
         for start in batches:
@@ -86,7 +86,7 @@ class SpeculativeGenerator:
         texts = None
         if self.tokenizer is not None:
             texts = [self.tokenizer.decode(ids, skip_special_tokens=True) for ids in token_ids]
-        summary = summarize(stats, totals["wall_s"], totals["draft_s"], totals["verify_s"])
+        summary = summarize(stats, **totals)
         return GenerationOutput(texts=texts, token_ids=token_ids, stats=stats, summary=summary)
 
     @torch.no_grad()
@@ -99,7 +99,7 @@ class SpeculativeGenerator:
         outputs = [[] for _ in rows]
         stats = [SequenceStats(exact=self.exact, block_size=block) for _ in rows]
         live = list(range(len(rows)))  # original index of each row still in the batch
-        totals = {"draft_s": 0.0, "verify_s": 0.0}
+        totals = {"draft_s": 0.0, "verify_s": 0.0, "forward_s": 0.0}
         sync = torch.cuda.synchronize if ids.is_cuda else (lambda: None)
         round_index = 0
         while live:
@@ -117,17 +117,22 @@ class SpeculativeGenerator:
                 raise ValueError("the drafter returned no probabilities: use proposal='point_mass'")
             chunk = torch.cat([ids[:, -1:], draft.tokens], dim=1)  # [b, B+1]: last committed, y_1..y_B
             target_logits, hidden = verifier.score(chunk, layers)  # [b, B+1, V]
+            sync()
+            scored = time.perf_counter()
             draft_logits = None if self.proposal == "point_mass" else draft.probs.log()  # [b, B, V]
             result = verify(draft.tokens, draft_logits, target_logits, rule=self.rule, method=self.method,
                             generator=generator, inputs="logits")
+            accepted = result.num_accepted.tolist()  # the round's one host sync
+            checked = time.perf_counter()
             verifier.commit(result.num_accepted + 1)  # last committed + accepted drafted tokens stay cached
             drafter.commit(result.num_accepted, hidden)
             ids, key_mask = _append(ids, key_mask, result.tokens)
-            accepted, emitted = result.num_accepted.tolist(), result.tokens.tolist()
+            emitted = result.tokens.tolist()
             now = time.perf_counter()
-            draft_s, verify_s = drafted - round_start, now - drafted
+            draft_s, verify_s = drafted - round_start, checked - drafted
             totals["draft_s"] += draft_s
             totals["verify_s"] += verify_s
+            totals["forward_s"] += scored - drafted
             keep = []
             for position, row in enumerate(live):
                 new = emitted[position][: accepted[position] + 1]

@@ -3,8 +3,9 @@
 Terms: a round is one draft + one verifier forward; `accepted[i]` is how many drafted tokens round
 i accepted (0..B); each round then adds one correction or bonus token, so a round emits
 accepted + 1 tokens, fewer when EOS or max_new_tokens cuts it. Times are seconds of the batch the
-sequence ran in (draft and verify time of the rounds it took part in; wall from the batch's start
-to its last token).
+sequence ran in: draft_s the drafter's proposals, verify_s the verifier's forward and the
+acceptance rule (Algorithm 1, lines 5-12), of the rounds it took part in; wall_s from the batch's
+start (prefill included) to its last token.
 """
 from __future__ import annotations
 
@@ -36,16 +37,17 @@ class Summary:
     tokens_per_round: float  # new tokens per round
     tokens_per_s: float  # new tokens / wall seconds of all batches
     latency_s: float  # mean wall seconds per sequence
-    draft_s: float  # total over batches
-    verify_s: float  # total over batches
-    wall_s: float  # total over batches
+    draft_s: float  # total over batches: the drafter's proposals
+    verify_s: float  # total over batches: the verifier's forward and the acceptance rule
+    forward_s: float  # total over batches: the verifier's forward alone
+    wall_s: float  # total over batches: everything, prefill and bookkeeping included
     exact: bool
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
-def summarize(stats: list[SequenceStats], wall_s: float, draft_s: float, verify_s: float) -> Summary:
+def summarize(stats: list[SequenceStats], wall_s: float, draft_s: float, verify_s: float, forward_s: float) -> Summary:
     """Aggregates per-sequence statistics; the seconds are totals over all batches."""
     rounds = sum(s.rounds for s in stats)
     accepted = sum(sum(s.accepted) for s in stats)
@@ -58,6 +60,6 @@ def summarize(stats: list[SequenceStats], wall_s: float, draft_s: float, verify_
         tokens_per_round=new_tokens / rounds if rounds else 0.0,
         tokens_per_s=new_tokens / wall_s if wall_s > 0 else 0.0,
         latency_s=sum(s.wall_s for s in stats) / len(stats) if stats else 0.0,
-        draft_s=draft_s, verify_s=verify_s, wall_s=wall_s,
+        draft_s=draft_s, verify_s=verify_s, forward_s=forward_s, wall_s=wall_s,
         exact=all(s.exact for s in stats),
     )

@@ -1,0 +1,125 @@
+"""`specdiff generate`: speculative generation with any drafter and verifier (zoo names or local
+checkpoints), prompts from arguments or a file, every knob a flag; prints the texts and the
+statistics (`--json` for scripts)."""
+from __future__ import annotations
+
+import json
+import os
+
+
+def add_generation_flags(parser) -> None:
+    """The flags of one generation configuration (shared with `specdiff eval` and the bench)."""
+    parser.add_argument("--drafter", default="masked-drafter", help="zoo name or local path (default masked-drafter)")
+    parser.add_argument("--verifier", default="verifier", help="zoo name or local path (default verifier)")
+    parser.add_argument("--steps", "-K", type=int, default=1, help="denoising steps K per round (default 1)")
+    parser.add_argument("--threshold", "--tau", type=float, default=None,
+                        help="confidence threshold tau in (0, 1]: dynamic unmasking instead of K steps")
+    parser.add_argument("--order", default=None,
+                        help="unmasking order: entropy, confidence, margin, random, left_to_right (default: the drafter's)")
+    parser.add_argument("--prefix-cache", choices=["off", "round", "persistent"], default="off",
+                        help="masked drafter's prefix cache (default off; see docs/engine.md)")
+    parser.add_argument("--block-size", "-B", type=int, default=8, help="drafted tokens per round B (default 8)")
+    parser.add_argument("--rule", choices=["lossless", "linear", "tv", "cactus"], default="lossless")
+    parser.add_argument("--leniency", type=float, default=0.0, help="lam (linear), eps (tv) or delta (cactus)")
+    parser.add_argument("--method", choices=["token", "block"], default="token")
+    parser.add_argument("--proposal", choices=["marginal", "point_mass"], default="marginal")
+    parser.add_argument("--batch-size", type=int, default=1, help="sequences per batch (default 1)")
+
+
+def run_config_from_args(args, name: str = "cli"):
+    from specdiff.engine.runs import RunConfig
+
+    prefix_cache = {"off": False}.get(args.prefix_cache, args.prefix_cache)
+    return RunConfig(name, drafter=args.drafter, verifier=args.verifier, steps=args.steps, threshold=args.threshold,
+                     order=args.order, prefix_cache=prefix_cache, rule=args.rule, leniency=args.leniency,
+                     method=args.method, proposal=args.proposal, block_size=args.block_size,
+                     batch_size=args.batch_size)
+
+
+def register(subparsers) -> None:
+    generate = subparsers.add_parser(
+        "generate", help="speculative generation with your own drafter and verifier",
+        description="Draft with --drafter, verify with --verifier (zoo names or local transformers checkpoints), "
+                    "and print each generation with its statistics.")
+    generate.add_argument("prompts", nargs="*", help="prompts (or use --prompts-file); a literal \\n is a newline")
+    generate.add_argument("--prompts-file", default=None, help="a text file, one prompt per line, or JSONL with 'prompt'")
+    add_generation_flags(generate)
+    generate.add_argument("--max-new-tokens", type=int, default=128)
+    generate.add_argument("--seed", type=int, default=0)
+    generate.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    generate.add_argument("--json", action="store_true", help="print JSON")
+    generate.set_defaults(handler=run)
+
+
+def read_prompts(args) -> list[str]:
+    prompts = [p.replace("\\n", "\n") for p in args.prompts]  # a literal \n in an argument is a newline
+    if args.prompts_file:
+        if not os.path.isfile(args.prompts_file):
+            raise ValueError(f"--prompts-file {args.prompts_file!r} does not exist")
+        with open(args.prompts_file) as handle:
+            for number, line in enumerate(handle, 1):
+                if not line.strip():
+                    continue
+                if args.prompts_file.endswith(".jsonl"):
+                    try:
+                        prompts.append(json.loads(line)["prompt"])
+                    except (json.JSONDecodeError, KeyError, TypeError) as error:
+                        raise ValueError(f"{args.prompts_file}:{number}: expected a JSON object with 'prompt' "
+                                         f"({error})") from None
+                else:
+                    prompts.append(line.rstrip("\n").replace("\\n", "\n"))
+    if not prompts:
+        raise ValueError("no prompts: give them as arguments or with --prompts-file")
+    return prompts
+
+
+def check_generation_args(args) -> None:
+    """Bad values get an error naming the flag before any model loads."""
+    for flag in ("steps", "block_size", "batch_size", "max_new_tokens"):
+        if getattr(args, flag, 1) < 1:
+            raise ValueError(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")
+    if args.threshold is not None and not 0 < args.threshold <= 1:
+        raise ValueError(f"--threshold must be in (0, 1], got {args.threshold}")
+    if args.rule == "linear" and not 0 <= args.leniency <= 1:
+        raise ValueError(f"--leniency (lam) must be in [0, 1] for the linear rule, got {args.leniency}")
+    if args.leniency < 0:
+        raise ValueError(f"--leniency must be >= 0, got {args.leniency}")
+    if getattr(args, "threads", None) is not None and args.threads < 1:
+        raise ValueError(f"--threads must be >= 1, got {args.threads}")
+
+
+def run(args) -> int:
+    check_generation_args(args)
+    prompts = read_prompts(args)
+    import torch
+
+    from specdiff.commands.demo import _quiet_transformers
+    from specdiff.engine.runs import ModelCache, build_generator
+
+    _quiet_transformers()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    config = run_config_from_args(args)
+    cache = ModelCache()
+    if config.drafter is None:
+        raise ValueError("--drafter is required")
+    generator = build_generator(config, cache)
+    out = generator.generate(prompts, max_new_tokens=args.max_new_tokens,
+                             generator=torch.Generator().manual_seed(args.seed), progress=not args.json)
+    result = {"config": config.as_dict(), "exact": generator.exact, "summary": out.summary.as_dict(),
+              "generations": [{"prompt": p, "text": t, "token_ids": ids, "stats": s.as_dict()}
+                              for p, t, ids, s in zip(prompts, out.texts, out.token_ids, out.stats)]}
+    if args.json:
+        print(json.dumps(result, indent=1))
+        return 0
+    for generation in result["generations"]:
+        stats = generation["stats"]
+        print(f"--- {generation['prompt'].strip()}")
+        print(generation["text"])
+        print(f"    [{stats['new_tokens']} tokens in {stats['rounds']} rounds, accepted per round {stats['accepted']}, "
+              f"{1000 * stats['wall_s']:.0f} ms]")
+    summary = out.summary
+    print(f"acceptance rate {summary.acceptance_rate:.3f}, {summary.tokens_per_round:.2f} tokens/round, "
+          f"{summary.tokens_per_s:.0f} tokens/s, latency {1000 * summary.latency_s:.0f} ms, "
+          f"exact: {'yes (lossless)' if summary.exact else 'no'}")
+    return 0

@@ -1,0 +1,173 @@
+"""One generation configuration run over task problems: what the demo, `specdiff generate`, the
+speed bench and the sweeps share.
+
+A `RunConfig` names the drafter (a zoo name or local path; None for plain autoregressive decoding
+of the verifier), its effort (K steps or threshold tau), the leniency rule, the verification
+method, the proposal mode and the block size. `run_config` generates answers for a list of prompts
+one problem at a time (batch 1, as latency is measured per problem) or in batches, and returns the
+accuracy, throughput, latency and acceptance figures.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+
+RULES = ("lossless", "linear", "tv", "cactus")
+
+
+@dataclass
+class RunConfig:
+    name: str
+    drafter: str | None = "masked-drafter"  # None: plain autoregressive decoding of the verifier
+    verifier: str = "verifier"
+    steps: int = 1
+    threshold: float | None = None
+    order: str | None = None  # None: the drafter's default
+    prefix_cache: bool | str = False
+    rule: str = "lossless"
+    leniency: float = 0.0  # lam, eps or delta
+    method: str = "token"
+    proposal: str = "marginal"
+    block_size: int = 8
+    batch_size: int = 1
+    extra: dict = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def make_rule(rule: str, leniency: float = 0.0):
+    """"lossless" | "linear" (lam) | "tv" (eps) | "cactus" (delta) -> an acceptance rule."""
+    import specdiff as sd
+
+    if rule == "lossless":
+        return sd.Lossless()
+    if rule == "linear":
+        return sd.Linear(leniency)
+    if rule == "tv":
+        return sd.TVBudget(leniency)
+    if rule == "cactus":
+        return sd.Cactus(leniency)
+    raise ValueError(f"unknown rule {rule!r}: expected one of {RULES}")
+
+
+class ModelCache:
+    """Loads each model and tokenizer once per process; wrappers (Verifier, drafters) are rebuilt
+    around the loaded model for every set of options, which copies nothing."""
+
+    def __init__(self):
+        self.models, self.tokenizers = {}, {}
+
+    def get(self, name: str, role: str, **options):
+        from specdiff import models
+
+        if name not in self.models:
+            self.models[name] = models.load_model(name)
+        return models.wrap(*self.models[name], self.tokenizer(name), role, **options)
+
+    def tokenizer(self, name: str):
+        from specdiff import models
+
+        if name not in self.tokenizers:
+            self.tokenizers[name] = models.load_tokenizer(name)
+        return self.tokenizers[name]
+
+
+def build_generator(config: RunConfig, cache: ModelCache):
+    """The SpeculativeGenerator of a configuration (config.drafter must not be None)."""
+    from specdiff.drafters.masked import MaskedDiffusionDrafter
+    from specdiff.engine.generate import SpeculativeGenerator
+
+    verifier = cache.get(config.verifier, "verifier")
+    options = {}
+    drafter = cache.get(config.drafter, "drafter")
+    if isinstance(drafter, MaskedDiffusionDrafter):
+        options = dict(steps=config.steps, threshold=config.threshold, prefix_cache=config.prefix_cache)
+        if config.order is not None:
+            options["order"] = config.order
+        drafter = cache.get(config.drafter, "drafter", **options)
+    return SpeculativeGenerator(drafter, verifier, block_size=config.block_size,
+                                rule=make_rule(config.rule, config.leniency), method=config.method,
+                                proposal=config.proposal, tokenizer=cache.tokenizer(config.verifier),
+                                batch_size=config.batch_size)
+
+
+def run_config(config: RunConfig, prompts: list[str], targets: list[str] | None, cache: ModelCache,
+               max_new_tokens: int, seed: int = 0, progress: bool = False, is_correct=None) -> dict:
+    """Generates an answer per prompt and measures the configuration. Returns a dict of figures
+    (accuracy when targets are given), the texts, and per-problem records."""
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+    tokenizer = cache.tokenizer(config.verifier)
+    chunks = [prompts[i:i + config.batch_size] for i in range(0, len(prompts), config.batch_size)]
+    iterator = chunks
+    if progress:
+        from tqdm.auto import tqdm
+        iterator = tqdm(chunks, desc=config.name, leave=False, unit="batch" if config.batch_size > 1 else "problem")
+    texts, records, wall = [], [], 0.0
+    rounds = accepted = drafted = new_tokens = 0
+    draft_s = verify_s = forward_s = 0.0
+    exact = True
+    for chunk in iterator:
+        if config.drafter is None:
+            chunk_texts, chunk_records, seconds = _autoregressive(config, chunk, cache, tokenizer, max_new_tokens,
+                                                                   generator)
+            exact = True
+        else:
+            out = build_generator(config, cache).generate(chunk, max_new_tokens=max_new_tokens, generator=generator)
+            chunk_texts, seconds = out.texts, out.summary.wall_s
+            chunk_records = [dict(new_tokens=s.new_tokens, rounds=s.rounds, accepted=s.accepted, wall_s=s.wall_s,
+                                  draft_s=s.draft_s, verify_s=s.verify_s) for s in out.stats]
+            rounds += out.summary.rounds
+            accepted += sum(sum(s.accepted) for s in out.stats)
+            drafted += sum(s.rounds * s.block_size for s in out.stats)
+            draft_s, verify_s = draft_s + out.summary.draft_s, verify_s + out.summary.verify_s
+            forward_s += out.summary.forward_s
+            exact = exact and out.summary.exact
+        new_tokens += sum(r["new_tokens"] for r in chunk_records)
+        texts += chunk_texts
+        records += chunk_records
+        wall += seconds
+    result = {
+        "config": config.name, "problems": len(prompts), "new_tokens": new_tokens, "wall_s": wall,
+        "tokens_per_s": new_tokens / wall if wall else 0.0,
+        "latency_s": statistics.mean(r["wall_s"] for r in records),
+        "exact": exact,
+    }
+    if config.drafter is not None:
+        result.update(rounds=rounds, mean_accepted=accepted / rounds if rounds else 0.0,
+                      tokens_per_round=new_tokens / rounds if rounds else 0.0,
+                      acceptance_rate=accepted / drafted if drafted else 0.0,
+                      draft_ms=1000 * draft_s / rounds, verify_ms=1000 * forward_s / rounds,
+                      accept_ms=1000 * (verify_s - forward_s) / rounds,
+                      overhead_ms=1000 * (wall - draft_s - forward_s) / rounds)
+    if targets is not None:
+        correct = [bool(is_correct(text, target)) for text, target in zip(texts, targets)]
+        accuracy = sum(correct) / len(correct)
+        result.update(accuracy=accuracy, accuracy_stderr=(accuracy * (1 - accuracy) / len(correct)) ** 0.5)
+        for record, ok in zip(records, correct):
+            record["correct"] = ok
+    for record, text in zip(records, texts):
+        record["text"] = text
+    result["records"] = records
+    return result
+
+
+def _autoregressive(config: RunConfig, prompts: list[str], cache: ModelCache, tokenizer, max_new_tokens: int,
+                    generator):
+    """Plain cached decoding of the verifier with its own sampling settings, per batch."""
+    from specdiff.engine.baselines import autoregressive_generate
+    from specdiff.engine.generate import _eos_ids
+
+    verifier = cache.get(config.verifier, "verifier")
+    rows = [tokenizer(p).input_ids for p in prompts]
+    begin = time.perf_counter()
+    ids, seconds = autoregressive_generate(verifier.model, rows, max_new_tokens, _eos_ids(verifier.model, None),
+                                           verifier.temperature, verifier.top_p, verifier.top_k, generator,
+                                           pad_token_id=verifier.model.config.pad_token_id or 0)
+    wall = time.perf_counter() - begin
+    texts = [tokenizer.decode(row, skip_special_tokens=True) for row in ids]
+    records = [dict(new_tokens=len(row), wall_s=seconds) for row in ids]
+    return texts, records, wall
