@@ -21,6 +21,7 @@ few positions where it samples a residual.
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -61,7 +62,7 @@ class Linear:
     needs_tv = False
 
     def __post_init__(self):
-        _check_number("Linear lam", self.lam)
+        object.__setattr__(self, "lam", _check_number("Linear lam", self.lam))
         if not 0.0 <= self.lam <= 1.0:
             raise ValueError(f"Linear(lam): lam must lie in [0, 1], got {self.lam}")
 
@@ -85,7 +86,7 @@ class TVBudget:
     needs_tv = True
 
     def __post_init__(self):
-        _check_number("TVBudget eps", self.eps)
+        object.__setattr__(self, "eps", _check_number("TVBudget eps", self.eps))
         if self.eps < 0.0:
             raise ValueError(f"TVBudget(eps): eps must be >= 0, got {self.eps}")
 
@@ -118,7 +119,7 @@ class Cactus:
     needs_tv = False
 
     def __post_init__(self):
-        _check_number("Cactus delta", self.delta)
+        object.__setattr__(self, "delta", _check_number("Cactus delta", self.delta))
         if self.delta < 0.0:
             raise ValueError(f"Cactus(delta): delta must be >= 0, got {self.delta}")
         if self.solver not in ("newton", "taylor"):
@@ -149,9 +150,16 @@ def check_rule(rule) -> None:
         raise ValueError(f"unknown rule {rule!r}: expected an instance of one of {names}")
 
 
-def _check_number(name: str, value) -> None:
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or math.isnan(value):
+def _check_number(name: str, value) -> float:
+    """A leniency as a Python float: ints, floats, numpy scalars and 0-d tensors; never a bool or NaN."""
+    if hasattr(value, "ndim") and getattr(value, "ndim") == 0 and hasattr(value, "item"):
+        value = value.item()  # a numpy or torch scalar
+    if not isinstance(value, numbers.Real) or isinstance(value, bool):
         raise ValueError(f"{name} must be a real number, got {value!r}")
+    value = float(value)
+    if math.isnan(value):
+        raise ValueError(f"{name} must be a real number, got {value!r}")
+    return value
 
 
 # --------------------------------------------------------------------------------------------

@@ -62,15 +62,23 @@ def verify(
     read: probabilities fully (NaN, negative, rows summing to 1 within 1e-3); logits row by row
     as they are normalised (NaN, +inf, all -inf), so logits past a row's stop, which cannot
     affect the result, are not read at all. validate="full" also scans every logit once.
-    validate=False skips the checks.
+    validate=False skips the checks; any other value is a ValueError.
+
+    Inputs that require grad are detached: verification samples, it is not differentiable.
     """
     check_rule(rule)
+    if not (validate is True or validate is False or validate == "full"):
+        raise ValueError(f"unknown validate {validate!r}: expected True, False or 'full'")
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}: expected one of {METHODS}")
     if inputs not in INPUTS:
         raise ValueError(f"unknown inputs {inputs!r}: expected one of {INPUTS}")
     batch, block_len = _check_shapes(draft_tokens, draft_probs, target_probs)
-    draft_tokens = draft_tokens.long()
+    # Verification is sampling, not a differentiable function: models' outputs taken outside
+    # torch.no_grad() are read as plain values (out= kernels refuse tensors that require grad).
+    draft_tokens = draft_tokens.detach().long()
+    target_probs = target_probs.detach()
+    draft_probs = draft_probs.detach() if draft_probs is not None else None
     dtype = compute_dtype(target_probs)
     device = target_probs.device
 
@@ -343,8 +351,8 @@ def _assemble(draft_tokens, num_accepted, next_token) -> torch.Tensor:
 def _check_shapes(draft_tokens, draft_probs, target_probs) -> tuple[int, int]:
     if not isinstance(draft_tokens, torch.Tensor) or draft_tokens.dim() != 2:
         raise ValueError(f"draft_tokens must be a [b, B] tensor, got shape {tuple(getattr(draft_tokens, 'shape', ()))}")
-    if draft_tokens.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8):
-        raise ValueError(f"draft_tokens must be an integer tensor, got {draft_tokens.dtype}")
+    if draft_tokens.is_floating_point() or draft_tokens.is_complex() or draft_tokens.dtype == torch.bool:
+        raise ValueError(f"draft_tokens must be an integer tensor (token ids), got {draft_tokens.dtype}")
     batch, block_len = draft_tokens.shape
     if block_len < 1:
         raise ValueError("draft_tokens must hold at least one drafted token per row (B >= 1)")
@@ -361,6 +369,8 @@ def _check_shapes(draft_tokens, draft_probs, target_probs) -> tuple[int, int]:
     if draft_probs is not None:
         if not isinstance(draft_probs, torch.Tensor) or draft_probs.dim() != 3:
             raise ValueError("draft_probs must be a [b, B, V] tensor or None")
+        if not draft_probs.is_floating_point():
+            raise ValueError(f"draft_probs must be floating point, got {draft_probs.dtype}")
         if tuple(draft_probs.shape[:2]) != (batch, block_len):
             raise ValueError(f"draft_probs has shape {tuple(draft_probs.shape)}, expected [{batch}, {block_len}, V]")
         if draft_probs.shape[-1] != vocab:
