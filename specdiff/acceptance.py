@@ -361,15 +361,3 @@ def _emitted_by_buckets(p, q, scale, rejected) -> torch.Tensor:
     g.sub_(ratio.mul_(w_suffix.gather(-1, bucket))).clamp_(min=0)  # [n, V] G(r(v))
     del bucket, ratio
     return torch.addcmul(q, p, g)
-
-
-def _take_prefix(cumulative: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
-    """sum of the first `count` sorted entries, from their inclusive cumulative sums."""
-    padded = torch.cat([torch.zeros_like(cumulative[..., :1]), cumulative], dim=-1)
-    return padded.gather(-1, count)
-
-
-def _take_suffix(suffix: torch.Tensor, start: torch.Tensor) -> torch.Tensor:
-    """sum of sorted entries from index `start` on, from their inclusive suffix sums."""
-    padded = torch.cat([suffix, torch.zeros_like(suffix[..., :1])], dim=-1)
-    return padded.gather(-1, start)
