@@ -21,6 +21,7 @@ few positions where it samples a residual.
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -61,7 +62,7 @@ class Linear:
     needs_tv = False
 
     def __post_init__(self):
-        _check_number("Linear lam", self.lam)
+        object.__setattr__(self, "lam", _check_number("Linear lam", self.lam))
         if not 0.0 <= self.lam <= 1.0:
             raise ValueError(f"Linear(lam): lam must lie in [0, 1], got {self.lam}")
 
@@ -85,7 +86,7 @@ class TVBudget:
     needs_tv = True
 
     def __post_init__(self):
-        _check_number("TVBudget eps", self.eps)
+        object.__setattr__(self, "eps", _check_number("TVBudget eps", self.eps))
         if self.eps < 0.0:
             raise ValueError(f"TVBudget(eps): eps must be >= 0, got {self.eps}")
 
@@ -118,7 +119,7 @@ class Cactus:
     needs_tv = False
 
     def __post_init__(self):
-        _check_number("Cactus delta", self.delta)
+        object.__setattr__(self, "delta", _check_number("Cactus delta", self.delta))
         if self.delta < 0.0:
             raise ValueError(f"Cactus(delta): delta must be >= 0, got {self.delta}")
         if self.solver not in ("newton", "taylor"):
@@ -149,9 +150,16 @@ def check_rule(rule) -> None:
         raise ValueError(f"unknown rule {rule!r}: expected an instance of one of {names}")
 
 
-def _check_number(name: str, value) -> None:
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or math.isnan(value):
+def _check_number(name: str, value) -> float:
+    """A leniency as a Python float: ints, floats, numpy scalars and 0-d tensors; never a bool or NaN."""
+    if hasattr(value, "ndim") and getattr(value, "ndim") == 0 and hasattr(value, "item"):
+        value = value.item()  # a numpy or torch scalar
+    if not isinstance(value, numbers.Real) or isinstance(value, bool):
         raise ValueError(f"{name} must be a real number, got {value!r}")
+    value = float(value)
+    if math.isnan(value):
+        raise ValueError(f"{name} must be a real number, got {value!r}")
+    return value
 
 
 # --------------------------------------------------------------------------------------------
@@ -241,74 +249,115 @@ def cactus_gamma_taylor(p_draft: torch.Tensor, delta: float) -> torch.Tensor:
     return torch.clamp(p + torch.sqrt(2.0 * delta * p * (1.0 - p)), max=1.0)
 
 
-def cactus_emitted_distribution(p: torch.Tensor, q: torch.Tensor, gamma: torch.Tensor) -> torch.Tensor:
-    """C: the distribution that Cactus token verification emits at one position, in O(V log V).
+def cactus_emitted_distribution(p: torch.Tensor, q: torch.Tensor, rule: Cactus) -> torch.Tensor:
+    """C: the distribution that Cactus token verification emits at one position, rows [n, V] at once
+    (see cactus_emitted_off_q). p, q: [n, V]. Returns C, [n, V], a new tensor in p's dtype."""
+    emitted = cactus_emitted_off_q(p, q, rule)
+    return q.clone() if emitted is None else emitted
+
+
+def cactus_emitted_off_q(p: torch.Tensor, q: torch.Tensor, rule: Cactus) -> torch.Tensor | None:
+    """C, the distribution Cactus token verification emits, or None where C = q (no draft in any row
+    can be rejected), so that a caller can skip a copy of q.
 
     For a draft y ~ q, Cactus accepts with a(y) = min(1, gamma*(y)/q(y)), else draws from
-    norm([p~_y - q]+) with p~_y(v) = s_y p(v) (v != y), s_y = (1 - gamma*(y))/(1 - p(y)).
-    With r(v) = q(v)/p(v), the residual is p(v)[s_y - r(v)]+ / Z_y off y (and 0 at y), so
+    norm([p~_y - q]+) with p~_y(v) = s_y p(v) (v != y), s_y = (1 - gamma*(y))/(1 - p(y)) (App. E).
+    Only the drafts in R = {y : q(y) > gamma*(y)} can be rejected. With r(v) = q(v)/p(v):
 
-        C(v) = q(v) a(v) + p(v) (G(r(v)) - w_v [s_v - r(v)]+),   G(t) = sum_y w_y [s_y - t]+,
-        w_y = q(y) (1 - a(y)) / Z_y,   Z_y = F(s_y) - p(y)[s_y - r(y)]+,   F(s) = sum_v p(v)[s - r(v)]+.
+        C(v) = min(q(v), gamma*(v)) + p(v) G(r(v)),   G(t) = sum_{y in R} w_y [s_y - t]+,
+        w_y = (q(y) - gamma*(y)) / Z_y,   Z_y = F(s_y) = sum_u p(u) [s_y - r(u)]+.
 
-    F and G are piecewise linear and evaluated with sorted prefix sums. Block verification uses C
-    as Cactus's fixed target (a target that depends on the drafted token breaks block
-    verification's guarantee; C is what token-level Cactus produces).
-    p, q, gamma: [..., V] (gamma = gamma*(v) for every candidate draft v). Returns [..., V].
+    For y in R, r(y) > 1 >= s_y, so y's own term in Z_y and in C(y) vanishes: C(y) = gamma*(y).
+    Z_y >= q(y) - gamma*(y) (the sum over u != y of s_y p(u) - q(u)), so w_y <= 1 and a residual is
+    never empty (w_y = 0 where both vanish).
+
+    Cost, a few passes over [n, V] and no sort over the vocabulary: R is found without solving
+    Eq. 17 at every token: y is in R iff q(y) > p(y) and KL(q(y) || p(y)) > delta, and
+    KL <= chi^2 = (q - p)^2 / (p (1 - p)), so only tokens with (q - p)^2 > delta p (1 - p) / 2 (half:
+    a margin for rounding) are candidates, and gamma* is solved (float64) for those alone. F and G
+    are piecewise linear with kinks at the |R| values s_y: one sort of those, one bucketing of every
+    r(v) among them (searchsorted), and bucket sums give F(s_y) and G(r(v)). The passes over the
+    vocabulary run in the inputs' precision (float32 for float32 inputs: F and G are continuous, so
+    a ratio rounded across a kink moves them by rounding only); the |R|-sized parts in float64.
+    p, q: [n, V] target and proposal rows. Returns C, [n, V], in p's dtype, or None (C = q).
     """
-    p = p.to(torch.float64)
-    q = q.to(torch.float64)
-    gamma = gamma.to(torch.float64)
-    safe_q = torch.where(q > 0, q, torch.ones_like(q))
-    accept = torch.where(q > 0, (gamma / safe_q).clamp(max=1.0), torch.ones_like(q))  # a(v)
-    scale = cactus_scale(p, gamma)  # s_v
-    ratio = torch.where(p > 0, q / p.clamp(min=1e-300), torch.full_like(p, float("inf")))  # r(v)
-
-    # F(s) = s * sum_{r < s} p - sum_{r < s} q, from r sorted ascending.
-    ratio_sorted, order = ratio.sort(dim=-1)
-    p_cum = torch.cumsum(p.gather(-1, order), dim=-1)
-    q_cum = torch.cumsum(q.gather(-1, order), dim=-1)
-    below = torch.searchsorted(ratio_sorted, scale.contiguous(), right=False)  # how many r < s
-    p_below = _take_prefix(p_cum, below)
-    q_below = _take_prefix(q_cum, below)
-    mass_all = scale * p_below - q_below
-    own = p * (scale - ratio).clamp(min=0)
-    own = torch.where(torch.isfinite(own), own, torch.zeros_like(own))
-    residual_mass = (mass_all - own).clamp(min=0)  # Z_v
-    rejected = q * (1.0 - accept)
-    weight = torch.where(residual_mass > 1e-15, rejected / residual_mass.clamp(min=1e-300), torch.zeros_like(q))
-
-    # G(t) = sum_{s_y > t} w_y s_y - t sum_{s_y > t} w_y, from s sorted ascending (suffix sums).
-    scale_sorted, order_s = scale.sort(dim=-1)
-    w_sorted = weight.gather(-1, order_s)
-    ws_suffix = torch.flip(torch.cumsum(torch.flip(w_sorted * scale_sorted, [-1]), -1), [-1])
-    w_suffix = torch.flip(torch.cumsum(torch.flip(w_sorted, [-1]), -1), [-1])
-    finite_ratio = torch.where(torch.isfinite(ratio), ratio, torch.full_like(ratio, 1e300))
-    above = torch.searchsorted(scale_sorted, finite_ratio.contiguous(), right=True)  # first s_y > t
-    ws_above = _take_suffix(ws_suffix, above)
-    w_above = _take_suffix(w_suffix, above)
-    g_at_r = ws_above - finite_ratio * w_above
-    g_at_r = torch.where(torch.isfinite(ratio), g_at_r, torch.zeros_like(g_at_r))
-    self_term = weight * own  # w_v [s_v - r(v)]+ p(v)
-    emitted = q * accept + p * g_at_r - self_term
-    # Rows whose rejected mass could not be spread (empty residual) fall back to p~_y: rare.
-    fallback_mass = torch.where(residual_mass > 1e-15, torch.zeros_like(q), rejected)
-    if bool((fallback_mass > 0).any()):
-        relaxed = scale.unsqueeze(-1) * p.unsqueeze(-2)  # [..., y, v]
-        eye = torch.eye(p.shape[-1], dtype=p.dtype, device=p.device)
-        relaxed = relaxed * (1 - eye) + eye * gamma.unsqueeze(-1)
-        emitted = emitted + (fallback_mass.unsqueeze(-1) * relaxed).sum(-2)
-    emitted = emitted.clamp(min=0)
-    return emitted / emitted.sum(dim=-1, keepdim=True)
+    n = p.shape[0]
+    device, dtype, float64 = p.device, p.dtype, torch.float64
+    gap = (q - p).clamp_(min=0).square_()  # [n, V] ((q - p)+)^2
+    threshold = torch.addcmul(p, p, p, value=-1.0).mul_(0.5 * rule.delta)  # [n, V] delta p (1 - p) / 2
+    rows, cols = gap.gt_(threshold).nonzero(as_tuple=True)  # candidates: a superset of R
+    del gap, threshold
+    p_c, q_c = p[rows, cols].to(float64), q[rows, cols].to(float64)
+    gamma_c = rule.gamma(p_c).to(float64)
+    keep = q_c > gamma_c  # a(y) < 1
+    rows, cols, p_c, q_c, gamma_c = rows[keep], cols[keep], p_c[keep], q_c[keep], gamma_c[keep]
+    if rows.numel() == 0:  # nothing is ever rejected: C = q
+        return None
+    counts = torch.bincount(rows, minlength=n)  # [n] |R| per row
+    width = int(counts.max())
+    slot = torch.arange(rows.numel(), device=device) - (torch.cumsum(counts, 0) - counts)[rows]  # rank within row
+    scale = torch.zeros((n, width), dtype=float64, device=device)  # [n, k] s_y; 0: padding
+    scale[rows, slot] = cactus_scale(p_c, gamma_c)
+    rejected = torch.zeros((n, width), dtype=float64, device=device)  # [n, k] q(y) (1 - a(y))
+    rejected[rows, slot] = q_c - gamma_c
+    if width <= HINGE_KINKS:
+        emitted = _emitted_by_hinges(p, q, scale, rejected)
+    else:
+        emitted = _emitted_by_buckets(p, q, scale, rejected)
+    emitted[rows, cols] = gamma_c.to(dtype)
+    return emitted
 
 
-def _take_prefix(cumulative: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
-    """sum of the first `count` sorted entries, from their inclusive cumulative sums."""
-    padded = torch.cat([torch.zeros_like(cumulative[..., :1]), cumulative], dim=-1)
-    return padded.gather(-1, count)
+HINGE_KINKS = 12  # up to this many rejectable drafts in a row, C is built from one hinge per draft
 
 
-def _take_suffix(suffix: torch.Tensor, start: torch.Tensor) -> torch.Tensor:
-    """sum of sorted entries from index `start` on, from their inclusive suffix sums."""
-    padded = torch.cat([suffix, torch.zeros_like(suffix[..., :1])], dim=-1)
-    return padded.gather(-1, start)
+def _finish_weights(mass: torch.Tensor, rejected: torch.Tensor) -> torch.Tensor:
+    """w_y = (q(y) - gamma*(y)) / Z_y, 0 where Z_y = 0 (then q(y) - gamma*(y) = 0 too). [n, k] float64."""
+    spread = mass > 0
+    return torch.where(spread, rejected / torch.where(spread, mass, 1.0), 0.0)
+
+
+def _emitted_by_hinges(p, q, scale, rejected) -> torch.Tensor:
+    """C = q + sum_y w_y [s_y p - q]+ and Z_y = sum [s_y p - q]+ (p G(r) = sum_y w_y [s_y p - q]+):
+    four passes over [n, V] per column of the [n, k] kinks (padding: s = 0, an empty hinge).
+    p, q: [n, V]; scale, rejected: [n, k] float64. Returns C off R, [n, V] in p's dtype."""
+    width = scale.shape[1]
+    hinges = []  # -[s_y p - q]+ = min(q - s_y p, 0), [n, V] each
+    mass = torch.empty_like(scale)
+    for m in range(width):
+        hinge = torch.addcmul(q, p, scale[:, m : m + 1].to(p.dtype), value=-1.0).clamp_(max=0.0)
+        mass[:, m] = -hinge.sum(dim=-1).to(torch.float64)  # cascade summation in the inputs' precision
+        hinges.append(hinge)
+    weight = _finish_weights(mass, rejected).to(p.dtype)
+    emitted = q.clone()
+    for m, hinge in enumerate(hinges):
+        emitted.addcmul_(hinge, weight[:, m : m + 1], value=-1.0)
+    return emitted
+
+
+def _emitted_by_buckets(p, q, scale, rejected) -> torch.Tensor:
+    """C = q + p G(r) for many kinks: r(v) is bucketed among the sorted s_y (searchsorted), and bucket
+    sums give F(s_y) and G(r(v)) in O(V log k). Padding: s = 2 (> any s, never reached by r <= 2).
+    p, q: [n, V]; scale, rejected: [n, k] float64. Returns C off R, [n, V] in p's dtype."""
+    n, width = scale.shape
+    device, dtype, float64 = p.device, p.dtype, torch.float64
+    scale = torch.where(scale > 0, scale, 2.0)
+    scale, order = scale.sort(dim=-1)
+    rejected = rejected.gather(-1, order)
+    real = scale < 2.0
+    scale_real = torch.where(real, scale, 0.0)
+    ratio = torch.div(q, p).nan_to_num_(nan=2.0, posinf=2.0).clamp_(max=2.0)  # [n, V] r(v); >= 2 acts as 2
+    bucket = torch.searchsorted(scale.to(dtype), ratio, right=True)  # [n, V] #{y : s_y <= r(v)}
+    # F(s) at the sorted kinks: sum over u with r(u) < s_(m), i.e. bucket(u) <= m
+    p_below = torch.zeros((n, width + 1), dtype=dtype, device=device).scatter_add_(-1, bucket, p)
+    q_below = torch.zeros((n, width + 1), dtype=dtype, device=device).scatter_add_(-1, bucket, q)
+    p_below, q_below = p_below.to(float64).cumsum(-1)[:, :width], q_below.to(float64).cumsum(-1)[:, :width]
+    weight = _finish_weights(torch.where(real, scale_real * p_below - q_below, 0.0), rejected)
+    # G(t) = sum_{s_y > t} w_y s_y - t sum_{s_y > t} w_y: suffix sums from bucket(v) on
+    zero = torch.zeros((n, 1), dtype=float64, device=device)
+    ws_suffix = torch.cat([(weight * scale_real).flip(-1).cumsum(-1).flip(-1), zero], dim=-1).to(dtype)
+    w_suffix = torch.cat([weight.flip(-1).cumsum(-1).flip(-1), zero], dim=-1).to(dtype)
+    g = ws_suffix.gather(-1, bucket)
+    g.sub_(ratio.mul_(w_suffix.gather(-1, bucket))).clamp_(min=0)  # [n, V] G(r(v))
+    del bucket, ratio
+    return torch.addcmul(q, p, g)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
-from specdiff.acceptance import Cactus, Lossless, Relaxation, cactus_emitted_distribution, check_rule
+from specdiff.acceptance import Cactus, Lossless, Relaxation, cactus_emitted_distribution, cactus_emitted_off_q, check_rule
 from specdiff.distributions import Distributions, compute_dtype
 
 METHODS = ("token", "block")
@@ -62,15 +62,23 @@ def verify(
     read: probabilities fully (NaN, negative, rows summing to 1 within 1e-3); logits row by row
     as they are normalised (NaN, +inf, all -inf), so logits past a row's stop, which cannot
     affect the result, are not read at all. validate="full" also scans every logit once.
-    validate=False skips the checks.
+    validate=False skips the checks; any other value is a ValueError.
+
+    Inputs that require grad are detached: verification samples, it is not differentiable.
     """
     check_rule(rule)
+    if not (validate is True or validate is False or validate == "full"):
+        raise ValueError(f"unknown validate {validate!r}: expected True, False or 'full'")
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}: expected one of {METHODS}")
     if inputs not in INPUTS:
         raise ValueError(f"unknown inputs {inputs!r}: expected one of {INPUTS}")
     batch, block_len = _check_shapes(draft_tokens, draft_probs, target_probs)
-    draft_tokens = draft_tokens.long()
+    # Verification is sampling, not a differentiable function: models' outputs taken outside
+    # torch.no_grad() are read as plain values (out= kernels refuse tensors that require grad).
+    draft_tokens = draft_tokens.detach().long()
+    target_probs = target_probs.detach()
+    draft_probs = draft_probs.detach() if draft_probs is not None else None
     dtype = compute_dtype(target_probs)
     device = target_probs.device
 
@@ -85,18 +93,21 @@ def verify(
         )
 
     uniforms = torch.rand(batch, block_len + 1, generator=generator, device=device, dtype=torch.float64)
-    fixed_target = None  # [b, B, V]: block + Cactus with a real proposal verifies against C
+    fixed_rows = None  # [b, V]: block + Cactus with a real proposal verifies against C, at each row's stop
     last_rows = None  # token verification hands over the rows it already normalised
     if method == "token":
         num_accepted, relax, accept_prob, last_rows = _token_stop(target, draft, draft_tokens, rule, uniforms)
         residual_weight = torch.ones(batch, dtype=dtype, device=device)  # [b]
-    else:
-        num_accepted, relax, accept_prob, residual_weight, fixed_target = _block_verify(
+    elif isinstance(rule, Cactus) and draft is not None:
+        num_accepted, relax, accept_prob, residual_weight = _block_verify_cactus(
             target, draft, draft_tokens, rule, uniforms
         )
+        last_rows, fixed_rows = _cactus_rows_at_stop(target, draft, num_accepted, rule)
+    else:
+        num_accepted, relax, accept_prob, residual_weight = _block_verify(target, draft, draft_tokens, rule, uniforms)
 
     next_token = _sample_next(
-        target, draft, draft_tokens, relax, num_accepted, residual_weight, generator, fixed_target, last_rows
+        target, draft, draft_tokens, relax, num_accepted, residual_weight, generator, fixed_rows, last_rows
     )
     tokens = _assemble(draft_tokens, num_accepted, next_token)
     return VerifyResult(num_accepted=num_accepted, tokens=tokens, accept_prob=accept_prob)
@@ -156,11 +167,10 @@ def _token_stop(target, draft, draft_tokens, rule, uniforms):
 def _block_verify(target, draft, draft_tokens, rule, uniforms):
     """Block verification (Sun et al. 2025, Algorithm 2) on the relaxed target, every position at once.
 
-    Returns num_accepted = tau [b], the relaxation [b, B], the weights p_1..p_B [b, B], the
-    residual weight p_tau [b], and, for Cactus with a real proposal, its fixed target C [b, B, V].
+    Returns num_accepted = tau [b], the relaxation [b, B], the weights p_1..p_B [b, B] and the
+    residual weight p_tau [b]. (Cactus with a real proposal: _block_verify_cactus.)
     """
     block_len = draft_tokens.shape[1]
-    fixed_target = None
     if draft is None:  # point mass: q = onehot(y), so only p at the drafted tokens is needed
         p_dense = q_dense = None
         p_draft = target.at(draft_tokens, block_len)  # [b, B] p_i(y_i)
@@ -175,26 +185,81 @@ def _block_verify(target, draft, draft_tokens, rule, uniforms):
         tv = 0.5 * (p_dense - q_dense).abs().sum(dim=-1) if rule.needs_tv else None
     relax = rule.relax(p_draft, q_draft, tv)
     relaxed_draft = relax.at_draft(p_draft, q_draft)  # [b, B] p~_i(y_i)
-    if isinstance(rule, Cactus) and draft is not None:
-        # Cactus's p~ depends on the drafted token; block verification needs a fixed target, so
-        # it verifies against C, the distribution token-level Cactus emits (docs/verification.md).
-        fixed_target = cactus_emitted_distribution(p_dense, q_dense, rule.gamma(p_dense)).to(target.dtype)
-        relaxed_draft = fixed_target.gather(-1, draft_tokens.unsqueeze(-1)).squeeze(-1)
     weights = _block_weights(relaxed_draft / q_draft)  # [b, B+1]: p_0 = 1, p_i
     w = weights[:, :block_len]  # [b, B] p_0..p_{B-1}
     if draft is None:
         # Z_{i+1} with q_{i+1} a point mass on y_{i+1}: p_i (1 - p~_{i+1}(y_{i+1})).
         residual_mass = w * (1.0 - relaxed_draft)
     else:
-        if fixed_target is None:
-            relaxed = _relaxed_rows(p_dense, q_dense, draft_tokens, *relax)
-        else:
-            relaxed = fixed_target
+        relaxed = _relaxed_rows(p_dense, q_dense, draft_tokens, *relax)
         # Z_{i+1} = sum_x max(p_i p~_{i+1}(x) - q_{i+1}(x), 0) for i = 0..B-1
         residual_mass = (w.unsqueeze(-1) * relaxed - q_dense).clamp(min=0).sum(dim=-1)
     num_accepted = _block_stop(weights, residual_mass, uniforms)
     residual_weight = weights.gather(1, num_accepted.unsqueeze(1)).squeeze(1)  # [b] p_tau
-    return num_accepted, relax, weights[:, 1:], residual_weight, fixed_target
+    return num_accepted, relax, weights[:, 1:], residual_weight
+
+
+CHUNK_ELEMENTS = 1 << 21  # rows x vocabulary per chunk of _block_verify_cactus (float64 temporaries: 16 MiB each)
+
+
+def _block_verify_cactus(target, draft, draft_tokens, rule, uniforms):
+    """Block verification (Sun et al. 2025, Algorithm 2) with Cactus and a real proposal.
+
+    Cactus's p~ depends on the drafted token; block verification needs a fixed target, so it
+    verifies against C, the distribution token-level Cactus emits (docs/verification.md). Positions
+    are visited left to right, a chunk of rows at a time: C_i's row (acceptance.cactus_emitted_distribution)
+    gives p~_i(y_i) = C_i(y_i), hence the weight p_i = min(1, p_{i-1} C_i(y_i) / q_i(y_i)), and
+    Z_i = sum_x max(p_{i-1} C_i(x) - q_i(x), 0) with the weight already known. No [b, B, V] tensor
+    is formed; the C row at each row's stop is recomputed for the residual (_cactus_rows_at_stop).
+    Returns num_accepted = tau [b], the relaxation [b, B], the weights p_1..p_B [b, B] and p_tau [b].
+    """
+    batch, block_len = draft_tokens.shape
+    vocab = target.shape[-1]
+    device = draft_tokens.device
+    weights = torch.ones(batch, block_len + 1, dtype=torch.float64, device=device)  # [b, B+1] p_0 = 1, p_i
+    residual_mass = torch.zeros(batch, block_len, dtype=torch.float64, device=device)  # [b, B] Z_{i+1}, i = 0..B-1
+    p_draft = torch.empty(batch, block_len, dtype=target.dtype, device=device)  # [b, B] p_i(y_i)
+    chunk = max(1, CHUNK_ELEMENTS // vocab)
+    for position in range(block_len):
+        for first in range(0, batch, chunk):
+            rows = torch.arange(first, min(batch, first + chunk), device=device)
+            tokens = draft_tokens[rows, position].unsqueeze(-1)  # [n, 1]
+            p_rows = target.rows_at(position, rows)  # [n, V] scratch
+            q_rows = draft.rows_at(position, rows)  # [n, V] scratch
+            emitted = cactus_emitted_off_q(p_rows, q_rows, rule)  # [n, V] C_i, or None: C_i = q_i
+            q_draft = q_rows.gather(-1, tokens).squeeze(-1).to(torch.float64)  # [n] q_i(y_i) > 0
+            previous = weights[rows, position]  # [n] p_{i-1}
+            if emitted is None:  # C_i = q_i: Z_i = sum_x max((p_{i-1} - 1) q_i(x), 0) = 0
+                c_draft = q_draft
+            else:
+                c_draft = emitted.gather(-1, tokens).squeeze(-1).to(torch.float64)  # [n] C_i(y_i)
+                # Z_i = sum_x max(p_{i-1} C_i(x) - q_i(x), 0), in place: C_i is not needed any more
+                emitted.mul_(previous.to(emitted.dtype).unsqueeze(-1)).sub_(q_rows).clamp_(min=0)
+                residual_mass[rows, position] = emitted.sum(dim=-1).to(torch.float64)
+                del emitted
+            weights[rows, position + 1] = torch.clamp(previous * c_draft / q_draft, max=1.0)
+            p_draft[rows, position] = p_rows.gather(-1, tokens).squeeze(-1)
+    num_accepted = _block_stop(weights, residual_mass, uniforms)
+    residual_weight = weights.gather(1, num_accepted.unsqueeze(1)).squeeze(1)  # [b] p_tau
+    relax = rule.relax(p_draft, torch.ones_like(p_draft))
+    return num_accepted, relax, weights[:, 1:].to(target.dtype), residual_weight.to(target.dtype)
+
+
+def _cactus_rows_at_stop(target, draft, num_accepted, rule):
+    """For rows that stopped at a draft (tau < B): p_tau, q_tau and C there, [b, V] each, zero on
+    bonus rows (_sample_next fills in their p_{B+1}; they sample the unrelaxed target)."""
+    block_len = draft.shape[1]
+    batch, vocab = num_accepted.shape[0], target.shape[-1]
+    p_row = torch.zeros(batch, vocab, dtype=target.dtype, device=num_accepted.device)  # [b, V]
+    q_row, fixed = torch.zeros_like(p_row), torch.zeros_like(p_row)  # [b, V] each
+    stopped = (num_accepted < block_len).nonzero().squeeze(-1)
+    chunk = max(1, CHUNK_ELEMENTS // vocab)
+    for first in range(0, stopped.numel(), chunk):
+        rows = stopped[first : first + chunk]
+        p_row[rows] = target.rows(num_accepted[rows], rows)
+        q_row[rows] = draft.rows(num_accepted[rows], rows)
+        fixed[rows] = cactus_emitted_distribution(p_row[rows], q_row[rows], rule)
+    return (p_row, q_row), fixed
 
 
 def _block_weights(ratio: torch.Tensor) -> torch.Tensor:
@@ -239,12 +304,13 @@ def _relaxed_rows(p_rows, q_rows, tokens, p_coef, q_coef, onehot_coef) -> torch.
 
 
 def _sample_next(
-    target, draft, draft_tokens, relax, num_accepted, residual_weight, generator, fixed_target=None, last_rows=None
+    target, draft, draft_tokens, relax, num_accepted, residual_weight, generator, fixed_rows=None, last_rows=None
 ):
     """The recovered token (stop position k < B) or the bonus token (k = B), one per row.
 
     Recovered: from norm(max(w p~_k - q_k, 0)), w = 1 for token verification and p_tau for block;
     if that residual is numerically empty, from p~_k. Bonus: from the unrelaxed p_{B+1}.
+    fixed_rows [b, V]: block + Cactus's fixed target C at each row's stop, in place of p~_k.
     """
     batch, block_len = draft_tokens.shape
     rows = torch.arange(batch, device=draft_tokens.device)
@@ -268,8 +334,8 @@ def _sample_next(
     p_coef = torch.where(keep, relax.p_coef[rows, draft_pos], 1.0)
     q_coef = torch.where(keep, relax.q_coef[rows, draft_pos], 0.0)
     onehot_coef = torch.where(keep, relax.onehot_coef[rows, draft_pos], 0.0)
-    if fixed_target is not None:
-        relaxed = torch.where(keep.unsqueeze(-1), fixed_target[rows, draft_pos], p_row)
+    if fixed_rows is not None:
+        relaxed = torch.where(keep.unsqueeze(-1), fixed_rows, p_row)
         residual = relaxed * weight.unsqueeze(-1)
         residual.addcmul_(q_row, subtract.unsqueeze(-1), value=-1.0)
     else:
@@ -284,7 +350,7 @@ def _sample_next(
     residual.clamp_(min=0.0)
     empty = residual.sum(dim=-1) <= EMPTY_RESIDUAL  # [b]
     if bool(empty.any()):  # p~ == q up to rounding: fall back to the relaxed target
-        if fixed_target is not None:
+        if fixed_rows is not None:
             fallback = relaxed[empty]
         else:
             fallback = _relaxed_rows(p_row[empty], None if q_row is None else q_row[empty], token_at[empty, 0],
@@ -343,8 +409,8 @@ def _assemble(draft_tokens, num_accepted, next_token) -> torch.Tensor:
 def _check_shapes(draft_tokens, draft_probs, target_probs) -> tuple[int, int]:
     if not isinstance(draft_tokens, torch.Tensor) or draft_tokens.dim() != 2:
         raise ValueError(f"draft_tokens must be a [b, B] tensor, got shape {tuple(getattr(draft_tokens, 'shape', ()))}")
-    if draft_tokens.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8):
-        raise ValueError(f"draft_tokens must be an integer tensor, got {draft_tokens.dtype}")
+    if draft_tokens.is_floating_point() or draft_tokens.is_complex() or draft_tokens.dtype == torch.bool:
+        raise ValueError(f"draft_tokens must be an integer tensor (token ids), got {draft_tokens.dtype}")
     batch, block_len = draft_tokens.shape
     if block_len < 1:
         raise ValueError("draft_tokens must hold at least one drafted token per row (B >= 1)")
@@ -361,6 +427,8 @@ def _check_shapes(draft_tokens, draft_probs, target_probs) -> tuple[int, int]:
     if draft_probs is not None:
         if not isinstance(draft_probs, torch.Tensor) or draft_probs.dim() != 3:
             raise ValueError("draft_probs must be a [b, B, V] tensor or None")
+        if not draft_probs.is_floating_point():
+            raise ValueError(f"draft_probs must be floating point, got {draft_probs.dtype}")
         if tuple(draft_probs.shape[:2]) != (batch, block_len):
             raise ValueError(f"draft_probs has shape {tuple(draft_probs.shape)}, expected [{batch}, {block_len}, V]")
         if draft_probs.shape[-1] != vocab:

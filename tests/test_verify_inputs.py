@@ -235,3 +235,57 @@ def test_sample_categorical_matches_its_weights(vocab):
     counts = histogram(cells[draws], 5)
     pooled = torch.cat([expected[heavy], (1 - expected[heavy].sum()).reshape(1)])
     assert total_variation_to(counts, pooled) <= 0.012  # noise about 0.004 at 40k draws over 5 cells
+
+
+@pytest.mark.parametrize("method", ["token", "block"])
+@pytest.mark.parametrize("inputs", ["probs", "logits"])
+def test_inputs_that_require_grad(method, inputs):
+    """Models' outputs taken outside torch.no_grad() verify like detached ones (issue 11, item 5)."""
+    draft, q, p = _instance(batch=20, block_len=4, vocab=6, seed=5, dtype=torch.float32)
+    if inputs == "logits":
+        q, p = torch.log(q), torch.log(p)
+    q_grad, p_grad = q.clone().requires_grad_(True), p.clone().requires_grad_(True)
+    plain = sd.verify(draft, q, p, method=method, inputs=inputs, generator=torch.Generator().manual_seed(3))
+    graded = sd.verify(draft, q_grad * 1.0, p_grad * 1.0, method=method, inputs=inputs,
+                       generator=torch.Generator().manual_seed(3))
+    assert torch.equal(plain.tokens, graded.tokens)
+    assert not graded.accept_prob.requires_grad
+    point = sd.verify(draft, None, p_grad * 1.0, method=method, inputs=inputs)
+    assert point.tokens.shape == (20, 5)
+
+
+def test_draft_probs_dtype_is_checked():
+    draft, q, p = _instance()
+    with pytest.raises(ValueError, match="draft_probs must be floating point, got torch.int64"):
+        sd.verify(draft, (q > 0.5).long(), p)
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, torch.int16, torch.int32, torch.uint8, torch.int64])
+def test_every_integer_token_dtype_is_accepted(dtype):
+    draft, q, p = _instance()
+    result = sd.verify(draft.to(dtype), q, p, generator=torch.Generator().manual_seed(0))
+    expected = sd.verify(draft, q, p, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(result.tokens, expected.tokens)
+    with pytest.raises(ValueError, match="integer tensor .*torch.bool"):
+        sd.verify(draft.bool(), q, p)
+
+
+@pytest.mark.parametrize("validate", ["yes", "Full", 2, None])
+def test_unknown_validate_is_rejected(validate):
+    draft, q, p = _instance()
+    with pytest.raises(ValueError, match="unknown validate"):
+        sd.verify(draft, q, p, validate=validate)
+
+
+def test_numpy_scalars_are_leniencies():
+    np = pytest.importorskip("numpy")
+    draft, q, p = _instance()
+    for rule, value in [(sd.Linear(np.float64(0.3)), 0.3), (sd.TVBudget(np.float32(0.25)), 0.25),
+                        (sd.Cactus(np.float32(0.5)), 0.5), (sd.Cactus(np.int64(1)), 1.0),
+                        (sd.Linear(torch.tensor(0.5)), 0.5)]:
+        number = getattr(rule, {"Linear": "lam", "TVBudget": "eps", "Cactus": "delta"}[type(rule).__name__])
+        assert type(number) is float and number == pytest.approx(value)
+        sd.verify(draft, q, p, rule=rule)
+    for bad in [np.bool_(True), True, np.float64("nan"), "0.3", np.array([0.1, 0.2])]:
+        with pytest.raises(ValueError, match="must be a real number"):
+            sd.Linear(bad)

@@ -4,8 +4,31 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
+
+from specdiff.argtypes import nonnegative_int, output_dir, output_file, positive_float, positive_int, unit_interval
 
 METHOD_CHOICES = ("ddpm", "R", "D", "B")
+SAMPLE_SUFFIXES = (".npz", ".npy", ".png")
+RUN_DIR = Path("runs") / "continuous"  # `continuous train` writes here unless told to replace the shipped weights
+NO_SPECULATION = ("churn 0 turns speculation off: every step is deterministic (sigma = 0), so nothing is drafted "
+                  "or verified and R, D and B all run as DDPM")
+
+
+def fd_samples(text: str) -> int:
+    """--fd-samples: 0 (no Frechet distance) or a batch of at least 2 (a covariance needs two)."""
+    value = nonnegative_int(text)
+    if value == 1:
+        raise argparse.ArgumentTypeError("must be 0 (no Frechet distance) or >= 2, got '1'")
+    return value
+
+
+def at_least_two(text: str) -> int:
+    """A sample count for statistics: two-sample tests and a Frechet distance need at least 2."""
+    value = positive_int(text)
+    if value < 2:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 2, got {text!r}")
+    return value
 
 
 def register(subparsers) -> None:
@@ -19,66 +42,91 @@ def register(subparsers) -> None:
 
     def common(p):
         p.add_argument("--model", choices=("digits", "gmm2d", "gmm64d"), default="digits", help="target model")
-        p.add_argument("--steps", type=int, default=250, help="denoising steps K")
-        p.add_argument("--churn", type=float, default=0.5, help="churn epsilon in [0, 1]")
-        p.add_argument("--gamma", type=int, default=7, help="draft length")
+        p.add_argument("--steps", type=positive_int, default=250, help="denoising steps K")
+        p.add_argument("--churn", type=unit_interval, default=0.5,
+                       help="churn epsilon in [0, 1] (0 turns speculation off)")
+        p.add_argument("--gamma", type=positive_int, default=7, help="draft length")
         p.add_argument("--drafter", choices=("free", "frozen"), default="free")
-        p.add_argument("--temperature", type=float, default=1.0, help="omega (Appendix I); != 1 is lossy")
+        p.add_argument("--temperature", type=positive_float, default=1.0, help="omega (Appendix I); != 1 is lossy")
         p.add_argument("--seed", type=int, default=0)
-        p.add_argument("--threads", type=int, default=1, help="torch threads")
+        p.add_argument("--threads", type=positive_int, default=1, help="torch threads")
         p.add_argument("--json", action="store_true", help="print JSON")
 
     p = sub.add_parser("sample", help="draw samples with DDPM or R/D/B and print statistics")
     common(p)
     p.add_argument("--method", choices=METHOD_CHOICES, default="B", help="ddpm, or R/D/B of Table 1")
-    p.add_argument("--num-samples", type=int, default=16)
-    p.add_argument("--out", help="write samples (.npz) or a digit grid (.png)")
+    p.add_argument("--num-samples", type=positive_int, default=16)
+    p.add_argument("--out", type=output_file(*SAMPLE_SUFFIXES),
+                   help="write samples (.npz: key 'samples'; .npy: the array) or a digit grid (.png, digits only)")
     p.set_defaults(handler=_sample)
 
     p = sub.add_parser("eval", help="exactness (two-sample tests vs DDPM) and Frechet distance of R/D/B")
     common(p)
-    p.add_argument("--num-samples", type=int, default=2000)
+    p.add_argument("--num-samples", type=at_least_two, default=2000)
     p.set_defaults(handler=_eval)
 
     p = sub.add_parser("bench", help="Table 2 analog on the digits model: speedup, block efficiency, FD")
     p.add_argument("--quick", action="store_true", help="K in {50, 100, 250} and FD batches of 128")
-    p.add_argument("--steps", type=int, nargs="+", default=None, help="K values (default 50 100 250 500 1000)")
-    p.add_argument("--churns", type=float, nargs="+", default=[0.25, 0.5])
-    p.add_argument("--gamma", type=int, default=7)
-    p.add_argument("--num-timing", type=int, default=50, help="single samples timed per method (median)")
-    p.add_argument("--fd-samples", type=int, default=None, help="batch size for the Frechet distance (default 256)")
-    p.add_argument("--fd-steps", type=int, nargs="+", default=[250],
+    p.add_argument("--steps", type=positive_int, nargs="+", default=None,
+                   help="K values (default 50 100 250 500 1000)")
+    p.add_argument("--churns", type=unit_interval, nargs="+", default=[0.25, 0.5], help="churns in [0, 1]")
+    p.add_argument("--gamma", type=positive_int, default=7)
+    p.add_argument("--num-timing", type=positive_int, default=50, help="single samples timed per method (median)")
+    p.add_argument("--fd-samples", type=fd_samples, default=None,
+                   help="batch size for the Frechet distance (default 256; 0: none)")
+    p.add_argument("--fd-steps", type=positive_int, nargs="+", default=[250],
                    help="K values that get a Frechet distance (default 250, where the FD target is; each FD "
                         "unit is a large batch of every method, e.g. ~2.5 min at K = 250 on one core)")
-    p.add_argument("--ddpm-fd-seeds", type=int, default=3, help="DDPM FD runs, for its spread")
-    p.add_argument("--timing-parts", type=int, default=2, help="timing units per K (they run in parallel)")
+    p.add_argument("--ddpm-fd-seeds", type=positive_int, default=3, help="DDPM FD runs, for its spread")
+    p.add_argument("--timing-parts", type=positive_int, default=2, help="timing units per K (they run in parallel)")
     p.add_argument("--model-call", choices=("eager", "traced"), default="eager",
                    help="timed samples call the UNet eagerly (stock diffusers) or through a TorchScript trace")
-    p.add_argument("--workers", type=int, default=None, help="worker processes (default: one per core)")
+    p.add_argument("--workers", type=positive_int, default=None, help="worker processes (default: one per core)")
     p.add_argument("--executor", choices=("process", "ray"), default="process",
                    help="run units in local processes or as Ray tasks (pip install 'specdiff[sweep]')")
-    p.add_argument("--threads", type=int, default=1, help="torch threads per worker")
+    p.add_argument("--threads", type=positive_int, default=1, help="torch threads per worker")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--weights", help="digits UNet directory (default: shipped)")
-    p.add_argument("--db", default=None, help="SQLite file of finished units (default runs/continuous_bench.sqlite)")
+    p.add_argument("--db", type=output_file(), default=None,
+                   help="SQLite file of finished units (default runs/continuous_bench.sqlite)")
     p.add_argument("--fresh", action="store_true", help="forget this configuration's finished units first")
-    p.add_argument("--out-json", help="also write the JSON here")
-    p.add_argument("--plot", help="write the speedup-vs-steps PNG here")
-    p.add_argument("--markdown", help="write the rows as a markdown table here")
+    p.add_argument("--out-json", type=output_file(), help="also write the JSON here")
+    p.add_argument("--plot", type=output_file(".png", ".pdf", ".svg"), help="write the speedup-vs-steps PNG here")
+    p.add_argument("--markdown", type=output_file(), help="write the rows as a markdown table here")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(handler=_bench)
 
-    p = sub.add_parser("train", help="train the shipped digits denoiser and/or FD classifier")
+    from specdiff.continuous.recipes import DENOISER_RECIPE
+
+    p = sub.add_parser("train", help="train the digits denoiser and/or FD classifier (into a run directory)",
+                       description="Train the digits denoiser and/or the FD classifier. Writes RUN_DIR/weights "
+                                   "(default RUN_DIR: runs/continuous); the shipped weights are replaced only "
+                                   "with --replace-shipped.")
     p.add_argument("what", choices=("denoiser", "classifier", "all"), nargs="?", default="all")
-    p.add_argument("--steps", type=int, default=6000)
-    p.add_argument("--batch-size", type=int, default=96)
-    p.add_argument("--lr", type=float, default=4e-3)
-    p.add_argument("--ema-decay", type=float, default=0.995)
-    p.add_argument("--out-dir", help="default: the package's weights/ directory")
-    p.add_argument("--checkpoint", default="digits_unet_checkpoint.pt", help="resumable training state")
-    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--steps", type=positive_int, default=DENOISER_RECIPE["steps"])
+    p.add_argument("--batch-size", type=positive_int, default=DENOISER_RECIPE["batch_size"])
+    p.add_argument("--lr", type=positive_float, default=DENOISER_RECIPE["lr"])
+    p.add_argument("--ema-decay", type=unit_interval, default=DENOISER_RECIPE["ema_decay"])
+    p.add_argument("--run-dir", type=output_dir, default=None, help=f"default {RUN_DIR}")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--out-dir", type=output_dir, help="where the weights go (default: RUN_DIR/weights)")
+    where.add_argument("--replace-shipped", action="store_true", help="write into the package's weights/ folder")
+    p.add_argument("--checkpoint", type=output_file(), default=None,
+                   help="resumable training state (default RUN_DIR/digits_unet_checkpoint.pt)")
+    p.add_argument("--threads", type=positive_int, default=1)
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(handler=_train)
+
+    p = sub.add_parser("weights", help="the shipped weights and whether the files match the committed checksums",
+                       description="List the shipped continuous weights: shipped (the committed checksum), "
+                                   "modified (retrained or replaced) or missing.")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(handler=_weights)
+
+
+def _warn_no_speculation(churns) -> None:
+    if any(churn == 0 for churn in churns):
+        print(f"specdiff continuous: warning: {NO_SPECULATION}", file=sys.stderr)
 
 
 def _target(args, steps=None):
@@ -119,20 +167,24 @@ def _print(args, payload):
 
 
 def _sample(args) -> int:
+    if args.out and args.out.lower().endswith(".png") and args.model != "digits":
+        raise ValueError(f"--out {args.out}: a .png grid needs --model digits; write .npz or .npy")
+    _warn_no_speculation([args.churn])
     target = _target(args)
     samples, stats = _run(args, target, args.method, args.num_samples)
     payload = {"model": args.model, "method": args.method, **stats.summary()}
     if args.out:
-        _save_samples(samples, args.out, args.model)
-        payload["out"] = args.out
+        payload["out"] = _save_samples(samples, args.out, args.model)
     _print(args, payload)
     return 0
 
 
-def _save_samples(samples, path, model):
+def _save_samples(samples, path, model) -> str:
+    """Writes samples [n, d] to `path` as the suffix says (.png grid, .npy array, .npz with key
+    "samples"); returns the path written, which is `path` itself (numpy appends nothing to these)."""
     import numpy as np
 
-    if path.endswith(".png") and model == "digits":
+    if path.lower().endswith(".png") and model == "digits":
         import matplotlib
 
         matplotlib.use("Agg")
@@ -147,13 +199,19 @@ def _save_samples(samples, path, model):
         for ax, image in zip(axes.flat, images):
             ax.imshow(image, cmap="gray_r", vmin=-1, vmax=1)
         fig.savefig(path, dpi=80)
-    else:
+    elif path.lower().endswith(".npy"):
+        np.save(path, samples.numpy())
+    elif path.lower().endswith(".npz"):
         np.savez(path, samples=samples.numpy())
+    else:
+        raise ValueError(f"cannot write samples to {path!r}: use .npz, .npy or .png")
+    return path
 
 
 def _eval(args) -> int:
     from specdiff.continuous.metrics import digits_frechet_distance, projection_two_sample_pvalues
 
+    _warn_no_speculation([args.churn])
     target = _target(args)
     reference, ddpm_stats = _run(args, target, "ddpm", args.num_samples, seed_offset=100)
     payload = {"model": args.model, "steps": args.steps, "churn": args.churn, "num_samples": args.num_samples, "methods": {}}
@@ -174,6 +232,7 @@ def _bench(args) -> int:
 
     from specdiff.continuous.bench import DEFAULT_DB, markdown_table, plot_speedup, run_bench, write_json
 
+    _warn_no_speculation(args.churns)
     steps = args.steps or ([50, 100, 250] if args.quick else [50, 100, 250, 500, 1000])
     fd_samples = args.fd_samples if args.fd_samples is not None else (128 if args.quick else 256)
 
@@ -203,21 +262,40 @@ def _bench(args) -> int:
 
 
 def _train(args) -> int:
-    from pathlib import Path
-
     import torch
 
     from specdiff.continuous.models import WEIGHTS_DIR
     from specdiff.continuous.train import train_classifier, train_denoiser
 
     torch.set_num_threads(args.threads)
-    out = Path(args.out_dir) if args.out_dir else WEIGHTS_DIR
+    run_dir = Path(args.run_dir) if args.run_dir else RUN_DIR
+    out = WEIGHTS_DIR if args.replace_shipped else Path(args.out_dir) if args.out_dir else run_dir / "weights"
+    checkpoint = Path(args.checkpoint) if args.checkpoint else run_dir / "digits_unet_checkpoint.pt"
     report = {}
     if args.what in ("classifier", "all"):
         report["classifier"] = train_classifier(out / "digits_classifier.safetensors", seed=args.seed)
     if args.what in ("denoiser", "all"):
         path = train_denoiser(out / "digits_unet", steps=args.steps, batch_size=args.batch_size, lr=args.lr,
-                              ema_decay=args.ema_decay, seed=args.seed, checkpoint=args.checkpoint)
+                              ema_decay=args.ema_decay, seed=args.seed, checkpoint=checkpoint)
         report["denoiser"] = str(path)
+    if args.replace_shipped:
+        report["note"] = ("replaced the shipped weights: `specdiff continuous weights` shows them as modified until "
+                          "specdiff/continuous/weights/manifest.json records their checksum (specdiff.manifest.record)")
     print(json.dumps(report, indent=1))
+    return 0
+
+
+def _weights(args) -> int:
+    from specdiff import manifest
+    from specdiff.continuous.models import WEIGHTS_DIR
+
+    rows = {}
+    for name in manifest.read(WEIGHTS_DIR / manifest.MANIFEST_NAME):
+        rows[name] = {"status": manifest.status(WEIGHTS_DIR / manifest.MANIFEST_NAME, WEIGHTS_DIR, name),
+                      "path": str(WEIGHTS_DIR / name)}
+    if args.json:
+        print(json.dumps({"weights": rows}, indent=1))
+    else:
+        for name, row in rows.items():
+            print(f"{name:32s} {row['status']}")
     return 0

@@ -245,12 +245,14 @@ def decomposition_residual(
     sigma: torch.Tensor,  # [n]
     log_alpha: torch.Tensor,  # [n] alpha = 1 for sample verification, alpha_tau for block
     generator: torch.Generator | None = None,
+    noise_dtype: torch.dtype | None = None,  # dtype of the fresh normal draw (default delta's)
 ) -> torch.Tensor:  # [n, d]
     """Decomposition residual (Algorithm 5, Eq. 7): U ~ psi_alpha; Z_perp ~ N(0, Id - e e^T);
     Y = m^q + sigma (U e + Z_perp), a draw from norm(max(0, alpha q - p))."""
     e, delta_norm = unit_direction(delta)
     along_e = sample_psi(log_alpha, delta_norm, generator=generator).to(delta.dtype)  # [n]
-    fresh = torch.randn(delta.shape, generator=generator, dtype=delta.dtype, device=delta.device)
+    fresh = torch.randn(delta.shape, generator=generator, dtype=noise_dtype or delta.dtype, device=delta.device)
+    fresh = fresh.to(delta.dtype)
     orthogonal = fresh - (fresh * e).sum(-1, keepdim=True) * e
     return target_mean + sigma.unsqueeze(-1) * (along_e.unsqueeze(-1) * e + orthogonal)
 
@@ -447,10 +449,24 @@ def gaussian_verify(
     a target step from the last drafted state (L = num_drafted, default gamma).
     Every input is checked first (a ValueError names the bad one); then verify_round.
     """
+    for name, tensor in (("draft_noise", draft_noise), ("draft_means", draft_means), ("target_means", target_means)):
+        if not isinstance(tensor, torch.Tensor) or tensor.dim() != 3:
+            shape = tuple(tensor.shape) if isinstance(tensor, torch.Tensor) else type(tensor).__name__
+            expected = "[b, gamma+1, d]" if name == "target_means" else "[b, gamma, d]"
+            raise ValueError(f"gaussian_verify: {name} must be a {expected} tensor, got {shape}")
+        if not tensor.is_floating_point():
+            raise ValueError(f"gaussian_verify: {name} must be a floating-point tensor, got {tensor.dtype}")
     b, g, d = draft_noise.shape
     if num_drafted is None:
         num_drafted = torch.full((b,), g, dtype=torch.long, device=draft_noise.device)
-    sigma = torch.as_tensor(sigma, dtype=draft_means.dtype, device=draft_means.device)
+    num_drafted = torch.as_tensor(num_drafted, device=draft_noise.device)
+    if num_drafted.is_floating_point() or num_drafted.is_complex() or num_drafted.dtype == torch.bool:
+        raise ValueError(f"gaussian_verify: num_drafted must be an integer tensor [b], got {num_drafted.dtype}")
+    num_drafted = num_drafted.long()
+    sigma = torch.as_tensor(sigma, device=draft_means.device)
+    if sigma.dtype == torch.bool or sigma.is_complex():
+        raise ValueError(f"gaussian_verify: sigma must hold real numbers, got {sigma.dtype}")
+    sigma = sigma.to(draft_means.dtype)
     _check_inputs(draft_noise, draft_means, target_means, sigma, num_drafted, method, residual, temperature)
     if temperature != 1.0:
         warnings.warn(
@@ -490,8 +506,16 @@ def verify_round(
 
 def _verify_round_tensor(draft_noise, draft_means, target_means, sigma, num_drafted, method, residual, temperature,
                          generator) -> GaussianVerifyResult:
-    """verify_round in tensor ops, on the tensors' device (any number of rows)."""
+    """verify_round in tensor ops, on the tensors' device (any number of rows).
+
+    Computed in float64, like the host path: in float32, Delta = (m^p - m^q) / sigma and |Delta|^2
+    overflow for large means or tiny sigma (the state itself is representable). Random draws are
+    made in the inputs' dtype, so both paths draw the same numbers."""
     b, g, d = draft_noise.shape
+    dtype = draft_means.dtype
+    work = torch.float64 if draft_means.device.type != "mps" else dtype  # MPS has no float64
+    draft_noise, draft_means, target_means, sigma = (
+        t.to(work) for t in (draft_noise, draft_means, target_means, sigma))
     speculated = torch.arange(g, device=sigma.device) < num_drafted.unsqueeze(-1)  # [b, g]
     safe_sigma = torch.where(speculated, sigma[:, :g], 1.0)
     delta = (draft_means - target_means[:, :g]) / safe_sigma.unsqueeze(-1)  # [b, g, d]
@@ -507,7 +531,7 @@ def _verify_round_tensor(draft_noise, draft_means, target_means, sigma, num_draf
     rows = torch.arange(b, device=delta.device)
     rejected = num_accepted < num_drafted
     # bonus: a target step from the last accepted drafted state
-    bonus_noise = torch.randn((b, d), generator=generator, dtype=draft_means.dtype, device=draft_means.device)
+    bonus_noise = torch.randn((b, d), generator=generator, dtype=dtype, device=draft_means.device).to(work)
     next_state = target_means[rows, num_accepted] + sigma[rows, num_accepted].unsqueeze(-1) * bonus_noise
     if bool(rejected.any()):
         r = rows[rejected]
@@ -516,11 +540,23 @@ def _verify_round_tensor(draft_noise, draft_means, target_means, sigma, num_draf
             corrected = reflection_residual(draft_noise[r, step], delta[r, step], target_means[r, step], sigma[r, step])
         else:
             corrected = decomposition_residual(
-                delta[r, step], target_means[r, step], sigma[r, step], log_alpha[rejected], generator
+                delta[r, step], target_means[r, step], sigma[r, step], log_alpha[rejected], generator, dtype
             )
         next_state = next_state.index_put((r,), corrected)
-    return GaussianVerifyResult(num_accepted=num_accepted, next_state=next_state, rejected=rejected,
-                                lossless=temperature == 1.0)
+    return GaussianVerifyResult(num_accepted=num_accepted, next_state=_finite_state(next_state, dtype),
+                                rejected=rejected, lossless=temperature == 1.0)
+
+
+def _finite_state(next_state: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """next_state [b, d] in `dtype`, or a ValueError: a round never returns NaN or inf silently."""
+    out = next_state.to(dtype)
+    if not bool(torch.isfinite(out).all()):
+        raise ValueError(
+            f"gaussian_verify: the next state is not finite in {dtype}: the means, or (means difference) / "
+            "sigma, are beyond what float64 can compute with, or the state overflows the output dtype; "
+            "rescale the inputs (or pass float64 tensors)"
+        )
+    return out
 
 
 def _verify_round_host(draft_noise, draft_means, target_means, sigma, num_drafted, method, residual, temperature,
@@ -559,5 +595,6 @@ def _verify_round_host(draft_noise, draft_means, target_means, sigma, num_drafte
             fresh = _host(torch.randn((len(r), d), generator=generator, dtype=dtype))
             noise = along_e[:, None] * e + fresh - (fresh * e).sum(-1, keepdims=True) * e
         next_state[r] = m_q[r, step] + sd[r, step, None] * noise
-    return GaussianVerifyResult(num_accepted=torch.from_numpy(num_accepted), next_state=torch.from_numpy(next_state).to(dtype),
+    return GaussianVerifyResult(num_accepted=torch.from_numpy(num_accepted),
+                                next_state=_finite_state(torch.from_numpy(next_state), dtype),
                                 rejected=torch.from_numpy(rejected), lossless=temperature == 1.0)

@@ -15,7 +15,11 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from specdiff.continuous.models import WEIGHTS_DIR, digits_unet_config
+from specdiff.continuous.models import digits_unet_config
+from specdiff.continuous.recipes import CLASSIFIER_RECIPE, DENOISER_RECIPE
+
+# where training writes by default: a run directory, never the shipped weights/ (models.WEIGHTS_DIR)
+RUN_WEIGHTS = Path("runs") / "continuous" / "weights"
 
 
 def load_digits(split: str = "all") -> tuple[torch.Tensor, torch.Tensor]:
@@ -41,22 +45,28 @@ def _save_unet(unet, path: Path) -> None:
 
 
 def train_denoiser(
-    out_dir: Path | str = WEIGHTS_DIR / "digits_unet",
-    steps: int = 8000,
-    batch_size: int = 256,
-    lr: float = 2e-3,
-    ema_decay: float = 0.999,
-    seed: int = 0,
+    out_dir: Path | str = RUN_WEIGHTS / "digits_unet",
+    steps: int = DENOISER_RECIPE["steps"],
+    batch_size: int = DENOISER_RECIPE["batch_size"],
+    lr: float = DENOISER_RECIPE["lr"],
+    ema_decay: float = DENOISER_RECIPE["ema_decay"],
+    seed: int = DENOISER_RECIPE["seed"],
     save_every: int = 500,
     checkpoint: Path | str | None = None,
 ) -> Path:
-    """Flow-matching training of the digits UNet2DModel; writes EMA weights to out_dir."""
+    """Flow-matching training of the digits UNet2DModel; writes EMA weights to out_dir. The defaults
+    are the shipped recipe (recipes.DENOISER_RECIPE); out_dir defaults to a run directory."""
     from diffusers import UNet2DModel
     from tqdm import tqdm
+
+    for name, value in (("steps", steps), ("batch_size", batch_size), ("save_every", save_every)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"train_denoiser: {name} must be an integer >= 1, got {value!r}")
 
     torch.manual_seed(seed)
     out_dir = Path(out_dir)
     checkpoint = Path(checkpoint) if checkpoint else out_dir.parent / "digits_unet_checkpoint.pt"
+    checkpoint.parent.mkdir(parents=True, exist_ok=True)
     images, _ = load_digits("all")
     unet = UNet2DModel(**digits_unet_config())
     ema = copy.deepcopy(unet).requires_grad_(False)
@@ -115,9 +125,9 @@ class DigitsClassifier(torch.nn.Module):
 
 
 def train_classifier(
-    out_path: Path | str = WEIGHTS_DIR / "digits_classifier.safetensors",
-    epochs: int = 60,
-    seed: int = 0,
+    out_path: Path | str = RUN_WEIGHTS / "digits_classifier.safetensors",
+    epochs: int = CLASSIFIER_RECIPE["epochs"],
+    seed: int = CLASSIFIER_RECIPE["seed"],
 ) -> dict:
     """Train on the first 1500 digits (with small noise and shift augmentation); report test accuracy."""
     from safetensors.torch import save_file

@@ -4,6 +4,12 @@ One table, one row per (sweep, key): `sweep` names a sweep and its settings (cha
 it is a new sweep), `key` names one unit of work in it, and `payload` is the unit's result as JSON.
 A unit is written in one transaction when it finishes, so a kill loses at most the units in
 flight; the primary key makes a second write of the same unit a no-op.
+
+A damaged or foreign file is refused when the store opens, before any work is done (a `StoreError`,
+a ValueError that names the file and says how to start fresh): the file must be SQLite, pass
+`PRAGMA quick_check`, and hold this schema (`PRAGMA user_version` = SCHEMA_VERSION, the results table
+with its columns). A file written before the version was recorded (version 0, the same table) is
+adopted and stamped.
 """
 from __future__ import annotations
 
@@ -13,6 +19,9 @@ import sqlite3
 import time
 from pathlib import Path
 
+SCHEMA_VERSION = 1
+COLUMNS = ("sweep", "key", "payload", "written")
+SQLITE_MAGIC = b"SQLite format 3\x00"
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS results (
     sweep TEXT NOT NULL,
@@ -29,16 +38,75 @@ def settings_id(settings: dict) -> str:
     return hashlib.sha1(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
 
 
+class StoreError(ValueError):
+    """The results file cannot be used: not SQLite, damaged, or another schema."""
+
+    def __init__(self, path: Path, problem: str):
+        super().__init__(
+            f"results store {path}: {problem}. Nothing was run. To start fresh, move it aside or delete it "
+            f"(e.g. `mv {path} {path}.bad`; every unit is then computed again), or give another file with --db"
+        )
+
+
 class ResultStore:
-    """A SQLite file of finished units of work. Only one process should write (the sweep's driver)."""
+    """A SQLite file of finished units of work. Only one process should write (the sweep's driver).
+    Opening checks the file (see the module docstring) and raises StoreError if it is unusable."""
 
     def __init__(self, path: Path | str):
         self.path = Path(path)
+        if self.path.is_dir():
+            raise StoreError(self.path, "is a folder, not a file")
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        existing = self.path.exists() and self.path.stat().st_size > 0
+        if existing:
+            with open(self.path, "rb") as handle:
+                if handle.read(len(SQLITE_MAGIC)) != SQLITE_MAGIC:
+                    raise StoreError(self.path, "is not a SQLite file")
         self.connection = sqlite3.connect(str(self.path), timeout=30)
+        try:
+            self._check_and_create(existing)
+        except sqlite3.DatabaseError as error:
+            self.connection.close()
+            raise StoreError(self.path, f"is damaged ({error})") from None
+        except StoreError:
+            self.connection.close()
+            raise
+
+    def _check_and_create(self, existing: bool) -> None:
+        """quick_check and the schema of an existing file; then WAL mode and the table."""
+        if existing:
+            problems = [row[0] for row in self.connection.execute("PRAGMA quick_check")]
+            if problems != ["ok"]:
+                raise StoreError(self.path, f"is damaged (PRAGMA quick_check: {'; '.join(problems[:3])})")
+            version = self.connection.execute("PRAGMA user_version").fetchone()[0]
+            tables = {name for (name,) in self.connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            columns = tuple(row[1] for row in self.connection.execute("PRAGMA table_info(results)"))
+            if version not in (0, SCHEMA_VERSION):
+                raise StoreError(self.path, f"has schema version {version}; this specdiff reads version {SCHEMA_VERSION}")
+            if tables and columns != COLUMNS:
+                found = f"table results with columns {columns}" if columns else f"tables {sorted(tables)}"
+                raise StoreError(self.path, f"has another schema ({found}; expected table results {COLUMNS})")
+            if columns:
+                self._check_payloads()
         self.connection.execute("PRAGMA journal_mode=WAL")
         with self.connection:
             self.connection.execute(SCHEMA)
+            self.connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    def _check_payloads(self) -> None:
+        """Every payload decodes (UTF-8 text, then JSON): quick_check sees the b-tree structure, not a
+        damaged byte inside a row, which would otherwise surface only when a sweep loads its results."""
+        self.connection.text_factory = bytes
+        try:
+            for sweep, key, payload in self.connection.execute("SELECT sweep, key, payload FROM results"):
+                try:
+                    json.loads(payload.decode("utf-8"))
+                except (UnicodeDecodeError, ValueError) as error:
+                    raise StoreError(self.path, f"is damaged: the result of unit {key.decode(errors='replace')!r} of sweep "
+                                                f"{sweep.decode(errors='replace')!r} is "
+                                                f"unreadable ({type(error).__name__})") from None
+        finally:
+            self.connection.text_factory = str
 
     def done(self, sweep: str) -> set[str]:
         """The keys of the units of `sweep` already written."""
@@ -47,11 +115,14 @@ class ResultStore:
 
     def put(self, sweep: str, key: str, payload: dict) -> bool:
         """Write one finished unit; False (and nothing written) if it was already there."""
-        with self.connection:
-            cursor = self.connection.execute(
-                "INSERT OR IGNORE INTO results (sweep, key, payload, written) VALUES (?, ?, ?, ?)",
-                (sweep, key, json.dumps(payload), time.time()),
-            )
+        try:
+            with self.connection:
+                cursor = self.connection.execute(
+                    "INSERT OR IGNORE INTO results (sweep, key, payload, written) VALUES (?, ?, ?, ?)",
+                    (sweep, key, json.dumps(payload), time.time()),
+                )
+        except sqlite3.DatabaseError as error:  # damaged after it was opened
+            raise StoreError(self.path, f"could not be written ({error})") from None
         return cursor.rowcount == 1
 
     def load(self, sweep: str) -> dict[str, dict]:

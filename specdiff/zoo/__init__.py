@@ -16,6 +16,8 @@ from specdiff.zoo.configs import MODEL_NAMES, SAMPLING
 
 # shipped weights; SPECDIFF_ZOO_DIR points `load` at another directory of <name>/ folders
 MODELS_DIR = Path(os.environ.get("SPECDIFF_ZOO_DIR", Path(__file__).parent / "models"))
+# sha256 of the committed weights (specdiff/manifest.py); `zoo list` compares MODELS_DIR with it
+MANIFEST = Path(__file__).parent / "models" / "manifest.json"
 
 __all__ = ["MODEL_NAMES", "SAMPLING", "load", "tokenizer", "model_dir"]
 

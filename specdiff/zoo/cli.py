@@ -4,6 +4,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from specdiff.argtypes import output_dir, positive_int
+
 
 def register(subparsers) -> None:
     """Adds `zoo` with `list`, `train NAME` and `eval` to the `specdiff` command."""
@@ -21,14 +23,20 @@ def register(subparsers) -> None:
 
     train = zoo_sub.add_parser("train", help="train a model from its config and seed",
                                description="Train a zoo model from its config and seed, resuming from "
-                                           "runs/zoo/NAME/checkpoint.pt; writes config.json + model.safetensors.")
+                                           "RUN_DIR/checkpoint.pt; writes config.json + model.safetensors to "
+                                           "RUN_DIR/model (default RUN_DIR: runs/zoo/NAME). The shipped weights "
+                                           "are replaced only with --replace-shipped.")
     train.add_argument("name", choices=MODEL_NAMES)
-    train.add_argument("--steps", type=int, default=None, help="override the number of steps")
-    train.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
-    train.add_argument("--run-dir", default=None, help="checkpoint dir (default runs/zoo/NAME)")
-    train.add_argument("--out", default=None, help="output dir (default: the package's model dir)")
+    train.add_argument("--steps", type=positive_int, default=None, help="override the number of steps (>= 1)")
+    train.add_argument("--threads", type=positive_int, default=None, help="torch threads (default: torch's)")
+    train.add_argument("--run-dir", type=output_dir, default=None, help="checkpoint dir (default runs/zoo/NAME)")
+    where = train.add_mutually_exclusive_group()
+    where.add_argument("--out", type=output_dir, default=None, help="output dir (default: RUN_DIR/model)")
+    where.add_argument("--replace-shipped", action="store_true",
+                       help="write into the folder that `zoo.load` reads (the shipped weights, or SPECDIFF_ZOO_DIR)")
     train.add_argument("--fresh", action="store_true", help="ignore an existing checkpoint")
-    train.add_argument("--probe-every", type=int, default=400, help="steps between validation probes (default 400)")
+    train.add_argument("--probe-every", type=positive_int, default=400,
+                       help="steps between validation probes (default 400)")
     train.set_defaults(handler=run_train)
 
     evaluate = zoo_sub.add_parser("eval", help="accuracy, size and speed on arith test problems",
@@ -36,38 +44,53 @@ def register(subparsers) -> None:
                                               "problems at its default sampling settings, parameters, mean "
                                               "answer tokens and ms per step.")
     evaluate.add_argument("--models", nargs="+", choices=MODEL_NAMES, default=list(MODEL_NAMES))
-    evaluate.add_argument("-n", type=int, default=500, help="number of test problems (default 500)")
+    evaluate.add_argument("-n", type=positive_int, default=500, help="number of test problems (default 500)")
     evaluate.add_argument("--seed", type=int, default=0)
-    evaluate.add_argument("--threads", type=int, default=2)
+    evaluate.add_argument("--threads", type=positive_int, default=2)
     evaluate.add_argument("--speed-only", action="store_true", help="only params and ms per step (no generation)")
-    evaluate.add_argument("--repeats", type=int, default=30, help="timed calls per model (median reported)")
+    evaluate.add_argument("--repeats", type=positive_int, default=30, help="timed calls per model (median reported)")
     evaluate.add_argument("--json", action="store_true", help="print JSON")
     evaluate.set_defaults(handler=run_eval)
 
 
+STATUS_NOTE = {
+    "shipped": "shipped",
+    "modified": "MODIFIED (not the committed weights; `git checkout specdiff/zoo/models` restores them)",
+    "missing": "missing",
+    "unrecorded": "no checksum recorded",
+}
+
+
 def run_list(args: argparse.Namespace) -> int:
-    from specdiff.zoo import configs, model_dir
+    from specdiff import manifest
+    from specdiff.zoo import MANIFEST, MODELS_DIR, configs, model_dir
 
     rows = {}
     for name in configs.MODEL_NAMES:
         path = model_dir(name) / "model.safetensors"
+        status = manifest.status(MANIFEST, MODELS_DIR, f"{name}/model.safetensors")
         rows[name] = {"architecture": "Qwen3ForCausalLM", "objective": configs.TRAINING[name]["objective"],
-                      **configs.ARCHITECTURES[name], "shipped": path.exists(),
-                      "bytes": path.stat().st_size if path.exists() else 0}
+                      **configs.ARCHITECTURES[name], "shipped": status == "shipped", "status": status,
+                      "path": str(path), "bytes": path.stat().st_size if path.exists() else 0}
     if args.json:
         print(json.dumps({"models": rows}, indent=1))
     else:
         for name, row in rows.items():
             print(f"{name:15s} {row['objective']:5s} hidden={row['hidden_size']} layers={row['num_hidden_layers']} "
-                  f"{'shipped' if row['shipped'] else 'missing'} {row['bytes'] / 1e6:.2f} MB")
+                  f"{row['bytes'] / 1e6:.2f} MB {STATUS_NOTE[row['status']]}")
     return 0
 
 
 def run_train(args: argparse.Namespace) -> int:
+    from specdiff.zoo import model_dir
     from specdiff.zoo.train import train
 
-    train(args.name, run_dir=args.run_dir, out_dir=args.out, steps=args.steps, threads=args.threads,
+    out = model_dir(args.name) if args.replace_shipped else args.out
+    train(args.name, run_dir=args.run_dir, out_dir=out, steps=args.steps, threads=args.threads,
           resume=not args.fresh, probe_every=args.probe_every)
+    if args.replace_shipped:
+        print(f"replaced the weights of {args.name} in {out}: `specdiff zoo list` shows them as modified until "
+              "specdiff/zoo/models/manifest.json records their checksum (specdiff.manifest.record)")
     return 0
 
 

@@ -266,18 +266,22 @@ def train(name: str, run_dir: str | Path | None = None, out_dir: str | Path | No
           steps: int | None = None, threads: int | None = None, checkpoint_every: int = 200,
           probe_every: int = 400, resume: bool = True, progress: bool = True) -> Path:
     """Trains zoo model `name` from its config and seed; resumes from `run_dir/checkpoint.pt`.
-    Writes the final model with `save_pretrained` to `out_dir` (default: the package's model dir)."""
+    Writes the final model with `save_pretrained` to `out_dir` (default: `run_dir/model`, never the
+    shipped weights: pass `out_dir=zoo.model_dir(name)` to replace those). steps >= 1 overrides the
+    recipe's number of steps."""
     from tqdm import tqdm
     from transformers import Qwen3ForCausalLM
 
-    from specdiff.zoo import load, model_dir, tokenizer as load_tokenizer
+    from specdiff.zoo import load, tokenizer as load_tokenizer
 
+    if steps is not None and (isinstance(steps, bool) or int(steps) != steps or steps < 1):
+        raise ValueError(f"steps must be an integer >= 1 (or None for the recipe's), got {steps!r}")
     if threads:
         torch.set_num_threads(threads)
     recipe = dict(configs.TRAINING[name])
-    total = steps or recipe["steps"]
+    total = recipe["steps"] if steps is None else int(steps)
     run_dir = Path(run_dir or Path("runs") / "zoo" / name)
-    out_dir = Path(out_dir or model_dir(name))
+    out_dir = Path(out_dir or run_dir / "model")
     run_dir.mkdir(parents=True, exist_ok=True)
     tokenizer = load_tokenizer()
     config = model_config(name, tokenizer)

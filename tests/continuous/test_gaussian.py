@@ -333,3 +333,66 @@ def test_state_at_step_two_is_exact_when_step_two_ignores_step_one(method):
     )
     assert stats.kstest((step_two - m_q2)[:, 0].numpy(), "norm").pvalue > P_MIN
     assert bool((result.num_accepted == 1).sum() > 3000)
+
+
+# ----------------------------------------------------------------------------- issue 11, item 6
+
+
+def _scaled_args(b, scale=1.0, sigma_scale=1.0, dtype=torch.float32, g=3, d=4, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    z = torch.randn(b, g, d, generator=gen, dtype=dtype)
+    draft_means = torch.randn(b, g, d, generator=gen, dtype=dtype) * scale
+    target_means = torch.randn(b, g + 1, d, generator=gen, dtype=dtype) * scale
+    return z, draft_means, target_means, torch.full((g + 1,), 0.5, dtype=dtype) * sigma_scale
+
+
+@pytest.mark.parametrize("b", [4, 20])  # the host path (b <= SCALAR_ROWS) and the tensor path
+@pytest.mark.parametrize("method,residual", [("sample", "reflection"), ("sample", "decomposition"), ("block", "decomposition")])
+@pytest.mark.parametrize("scale,sigma_scale", [(1e30, 1.0), (1.0, 1e-30), (1e20, 1e-10)], ids=["means1e30", "sigma1e-30", "both"])
+def test_extreme_float32_inputs_give_finite_states(b, method, residual, scale, sigma_scale):
+    """Means x1e30 or sigma 1e-30 in float32: Delta overflows float32, so the round computes in float64
+    and returns a finite state, the one the float64 host path returns for the same rows."""
+    args = _scaled_args(b, scale, sigma_scale)
+    result = gaussian_verify(*args, method=method, residual=residual, generator=torch.Generator().manual_seed(1))
+    assert result.next_state.dtype == torch.float32
+    assert bool(torch.isfinite(result.next_state).all())
+    z, draft_means, target_means, sigma = args
+    round_args = (z, draft_means, target_means, sigma.expand(b, -1), torch.full((b,), 3), method, residual, 1.0)
+    host = _verify_round_host(*round_args, torch.Generator().manual_seed(1))
+    tensor = _verify_round_tensor(*round_args, torch.Generator().manual_seed(1))
+    assert torch.equal(host.num_accepted, tensor.num_accepted)
+    assert torch.allclose(host.next_state, tensor.next_state, rtol=1e-5)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy's overflow warnings on the host path
+@pytest.mark.parametrize("b", [4, 20])
+def test_a_round_beyond_float64_raises_instead_of_returning_nan(b):
+    z, draft_means, target_means, sigma = _scaled_args(b, 1e300, 1e-300, dtype=torch.float64)
+    with pytest.raises(ValueError, match="next state is not finite"):
+        gaussian_verify(z, draft_means, target_means, sigma, generator=torch.Generator().manual_seed(1))
+
+
+def test_two_dimensional_draft_noise_is_named():
+    z, draft_means, target_means, sigma = _args()
+    with pytest.raises(ValueError, match="draft_noise must be a \\[b, gamma, d\\] tensor, got \\(2, 4\\)"):
+        gaussian_verify(z[:, 0], draft_means, target_means, sigma)
+    with pytest.raises(ValueError, match="target_means must be a \\[b, gamma\\+1, d\\] tensor"):
+        gaussian_verify(z, draft_means, target_means[0], sigma)
+
+
+def test_integer_means_are_named_not_blamed_on_sigma():
+    z, draft_means, target_means, sigma = _args()
+    with pytest.raises(ValueError, match="draft_means must be a floating-point tensor, got torch.int64"):
+        gaussian_verify(z, draft_means.long(), target_means.long(), sigma)
+    with pytest.raises(ValueError, match="target_means must be a floating-point tensor, got torch.int32"):
+        gaussian_verify(z, draft_means, target_means.int(), sigma)
+    result = gaussian_verify(z, draft_means, target_means, torch.ones(4, dtype=torch.long))  # integer sigma is fine
+    assert result.next_state.dtype == torch.float32
+
+
+@pytest.mark.parametrize("num_drafted", [torch.full((2,), 1.5), torch.ones(2, dtype=torch.bool), torch.ones(2)],
+                         ids=["1.5", "bool", "float-1"])
+def test_num_drafted_must_be_integer(num_drafted):
+    with pytest.raises(ValueError, match="num_drafted must be an integer tensor"):
+        gaussian_verify(*_args(), num_drafted=num_drafted)
+    assert gaussian_verify(*_args(), num_drafted=torch.ones(2, dtype=torch.int32)).num_accepted.shape == (2,)
