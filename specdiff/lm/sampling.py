@@ -26,11 +26,11 @@ def filter_logits(logits: torch.Tensor, top_p: float = 1.0, top_k: int = 0) -> t
         kth = logits.topk(top_k, dim=-1).values[..., -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
     if top_p < 1.0:
-        sorted_logits, order = logits.sort(dim=-1, descending=True)
+        sorted_logits = logits.sort(dim=-1, descending=True).values
         sorted_probs = sorted_logits.softmax(-1)
-        remove_sorted = sorted_probs.cumsum(-1) - sorted_probs >= top_p  # mass before it already reaches top_p
-        remove = torch.zeros_like(remove_sorted).scatter(-1, order, remove_sorted)
-        logits = logits.masked_fill(remove, float("-inf"))
+        kept = (sorted_probs.cumsum(-1) - sorted_probs < top_p).sum(-1, keepdim=True)  # >= 1: mass before < top_p
+        cutoff = sorted_logits.gather(-1, kept - 1)  # the least likely kept logit
+        logits = logits.masked_fill(logits < cutoff, float("-inf"))
     return logits
 
 

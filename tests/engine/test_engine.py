@@ -234,3 +234,20 @@ def test_memory_is_flat_across_a_1000_token_generation():
     assert max(other_bytes) - min(other_bytes) <= 64 * 1024, other_bytes
     for _, _, verifier_columns, drafter_columns in samples:
         assert drafter_columns <= verifier_columns + 1  # the drafter caches no rejected draft either
+
+
+@pytest.mark.parametrize("temperature, top_p, top_k", [(0.7, 0.8, 20), (1.0, 0.95, 0), (0.5, 1.0, 5), (1.3, 0.3, 0)])
+def test_sampling_settings_shape_p_as_transformers_generate(temperature, top_p, top_k):
+    """The verifier's p: temperature, then top-k, then top-p, as transformers' logits warpers apply them."""
+    from transformers.generation.logits_process import (TemperatureLogitsWarper, TopKLogitsWarper,
+                                                        TopPLogitsWarper)
+
+    from specdiff.lm.sampling import sampling_probs
+
+    logits = 4 * torch.randn(64, 254, generator=torch.Generator().manual_seed(0))
+    expected = TemperatureLogitsWarper(temperature)(None, logits.clone())
+    if top_k:
+        expected = TopKLogitsWarper(top_k)(None, expected)
+    if top_p < 1:
+        expected = TopPLogitsWarper(top_p)(None, expected)
+    assert torch.allclose(sampling_probs(logits, temperature, top_p, top_k), torch.softmax(expected, -1), atol=1e-6)
