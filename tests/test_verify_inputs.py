@@ -289,3 +289,15 @@ def test_numpy_scalars_are_leniencies():
     for bad in [np.bool_(True), True, np.float64("nan"), "0.3", np.array([0.1, 0.2])]:
         with pytest.raises(ValueError, match="must be a real number"):
             sd.Linear(bad)
+
+
+def test_sd_verify_stays_callable_after_its_module_is_imported():
+    """Importing `specdiff.verify` (as the engine does) rebinds the package attribute to the module."""
+    import importlib
+
+    import specdiff as sd
+
+    importlib.import_module("specdiff.verify")
+    tokens = torch.zeros(1, 2, dtype=torch.long)
+    probs = torch.full((1, 3, 4), 0.25)
+    assert sd.verify(tokens, probs[:, :2], probs).num_accepted.item() == 2
