@@ -207,20 +207,35 @@ def _collect(proc: subprocess.Popen, status_read: int, deadline: float, max_outp
             truncated, timed_out)
 
 
-def _exit_code(status: bytes) -> tuple[bool, int | None]:
-    """From bwrap's JSON status stream: (whether the sandbox started, the program's exit code)."""
-    started, code = False, None
+def _parse_status(status: bytes) -> tuple[int | None, int | None]:
+    """From bwrap's JSON status stream: (the host pid of the sandbox's init, or None if the sandbox
+    never started; the program's exit code, or None)."""
+    init_pid = code = None
     for line in status.decode(errors="replace").splitlines():
-        line = line.strip()
-        if not line:
-            continue
         try:
             record = json.loads(line)
         except json.JSONDecodeError:
             continue
-        started = started or "child-pid" in record
+        init_pid = record.get("child-pid", init_pid)
         code = record.get("exit-code", code)
-    return started, code
+    return init_pid, code
+
+
+def _wait_until_gone(pid: int, timeout_s: float = 5.0) -> bool:
+    """Waits until host process `pid` has exited (no longer exists, or is a zombie). For the sandbox's
+    init that means the whole pid namespace is gone: the kernel kills and reaps every other process
+    in it before its init finishes exiting. False if it is still running after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return True
+        if state in ("Z", "X"):
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.005)
 
 
 def _classify(code: int | None, stderr: str, killed_at_deadline: bool) -> str:
@@ -267,7 +282,7 @@ def run_program(source: str, timeout_s: float = 10.0, memory_mb: int = 1024, *, 
         start = time.monotonic()
         try:
             proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    pass_fds=(program_fd, status_write))
+                                    pass_fds=(program_fd, status_write), env={})  # bwrap's own /proc/pid/environ: empty
         except OSError as error:
             raise SandboxUnavailable(f"cannot start bwrap at {bwrap}: {error}") from error
         os.close(status_write)
@@ -286,10 +301,12 @@ def run_program(source: str, timeout_s: float = 10.0, memory_mb: int = 1024, *, 
         os.close(status_read)
         if status_write >= 0:
             os.close(status_write)
-    started, code = _exit_code(status)
+    init_pid, code = _parse_status(status)
     err_text = stderr.decode(errors="replace")
-    if not started and not timed_out:
+    if init_pid is None and not timed_out:
         raise SandboxUnavailable(_explain_failure(err_text, as_root, bwrap))
+    if init_pid is not None and not _wait_until_gone(init_pid):  # killed bwrap: its init follows (PDEATHSIG)
+        raise RuntimeError(f"the sandbox's init (pid {init_pid}) is still running 5 s after bwrap ended")
     return RunResult(status=_classify(None if timed_out else code, err_text, timed_out),
                      stdout=stdout.decode(errors="replace"), stderr=err_text,
                      returncode=None if timed_out else code, wall_s=wall, truncated=truncated)
