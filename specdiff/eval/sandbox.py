@@ -17,9 +17,9 @@ What the program gets:
   pid namespace it sees only its own processes, so it cannot signal any host process.
 - **file system**: an empty root with `/usr` (and `/bin`, `/lib`, `/lib64`, `/sbin`), the Python
   installation and `/etc/ld.so.cache` mounted read-only; `/proc` of its own pid namespace; a
-  minimal `/dev`; a fresh size-limited tmpfs `/tmp` as its working directory; the program itself
-  read-only at `/sandbox/main.py`. Nothing else of the host (home directories, `/work`, `/root`,
-  `/etc`) exists inside.
+  minimal `/dev`; a fresh size-limited tmpfs `/tmp` as its working directory, the only writable
+  place (no `/dev/shm`: no `multiprocessing`); the program itself read-only at `/sandbox/main.py`.
+  Nothing else of the host (home directories, `/work`, `/root`, `/etc`) exists inside.
 - **environment**: cleared; only `PATH`, `HOME=/tmp` and `LANG` are set. Python runs in isolated
   mode (`-I`): the base interpreter's standard library, no user site, no `PYTHON*` variables.
 - **limits** (rlimits, set before the program starts): CPU time (`timeout_s`, then SIGXCPU),
@@ -170,6 +170,7 @@ def _command(bwrap: str, program_fd: int, status_fd: int, *, as_root: bool, uid:
     args += ["--proc", "/proc", "--dev", "/dev",
              "--perms", "1777", "--size", str(disk_mb << 20), "--tmpfs", "/tmp",
              "--perms", "0444", "--ro-bind-data", str(program_fd), PROGRAM_PATH,
+             "--remount-ro", "/dev", "--remount-ro", "/",  # bwrap's own tmpfs root and /dev: read-only too
              "--chdir", "/tmp", "--json-status-fd", str(status_fd),
              "--", executable, "-I", "-c", _LAUNCHER, str(uid if as_root else -1), *map(str, limits), PROGRAM_PATH]
     return args

@@ -122,3 +122,5 @@ def test_bad_input(tmp_path):
         humaneval.load(path=str(missing))
     with pytest.raises(ValueError, match="2 completions for 1 problems"):
         humaneval.score(PROBLEMS[:1], ["a", "b"])
+    with pytest.raises(ValueError, match="workers"):
+        humaneval.score(PROBLEMS[:1], ["a"], workers=0)

@@ -248,7 +248,8 @@ def test_write_outside_tmp(works, tmp_path):
     token = secrets.token_hex(4)
     targets = [tmp_path / f"new-{token}.txt", Path(f"/usr/specdiff-probe-{token}"),
                Path(sandbox.interpreter()[1]) / f"specdiff-probe-{token}", Path(f"/specdiff-probe-{token}"),
-               Path(f"/etc/specdiff-probe-{token}")]
+               Path(f"/etc/specdiff-probe-{token}"), Path(f"/dev/specdiff-probe-{token}"),
+               Path(f"/sandbox/specdiff-probe-{token}")]  # the last ones: the sandbox's own root and /dev, read-only
     program = textwrap.dedent(f"""
         import os
         outcomes = []
@@ -386,6 +387,8 @@ r = sandbox.run_program(f"import socket; socket.create_connection(('127.0.0.1', 
 out["connect"] = r.status
 r = sandbox.run_program(f"open({victim_dir!r} + '/x', 'w').write('x')")
 out["write"] = r.status
+r = sandbox.run_program("open('/x', 'w').write('x')")  # the sandbox's root belongs to its user here: read-only
+out["write root"] = r.status
 r = sandbox.run_program(f"import subprocess, sys; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)', "
                         f"{marker!r}], start_new_session=True)")
 out["orphan"] = r.status
@@ -429,6 +432,6 @@ def test_as_an_ordinary_user(works, tmp_path):
     uid, names = result["inside"].split(" ", 1)
     assert uid == "65534" and secret not in result["inside"] and "SPECDIFF_TEST_SECRET" not in result["inside"]
     assert 1 <= int(result["forks"]) <= 4
-    assert result["connect"] == "error" and result["write"] == "error"
+    assert result["connect"] == "error" and result["write"] == "error" and result["write root"] == "error"
     assert list(victim_dir.iterdir()) == []
     assert result["orphan"] == "ok" and host_processes_with(marker) == []

@@ -139,11 +139,13 @@ def run_check(problem: Problem, completion: str, timeout_s: float = TIMEOUT_S) -
 
 def score(problems: Sequence[Problem], completions: Sequence[str], timeout_s: float = TIMEOUT_S,
           workers: int | None = None) -> list[Score]:
-    """pass/fail per completion, `workers` sandboxes at a time (default: the CPU count, at most 8)."""
+    """pass/fail per completion, `workers` sandboxes at a time (default: the CPU count, at most 8). A
+    completion that hangs or crashes fails alone; SandboxUnavailable if nothing can be run."""
     check_lengths(problems, completions)
-    workers = workers or min(8, os.cpu_count() or 1)
-    if workers < 1:
-        raise ValueError(f"workers must be >= 1, not {workers}")
+    if workers is None:
+        workers = min(8, os.cpu_count() or 1)
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be a positive integer, not {workers!r}")
     if not problems:
         return []
     with ThreadPoolExecutor(workers) as pool:
