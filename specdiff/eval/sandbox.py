@@ -340,6 +340,9 @@ def _explain_failure(stderr: str, as_root: bool, bwrap: str) -> str:
                     " (needs 0, or an AppArmor profile for bwrap: on Ubuntu >= 23.10 the distribution's bwrap has one,"
                     " so apt install bubblewrap and set SPECDIFF_BWRAP=/usr/bin/bwrap); or run in a container that"
                     " allows them.")
+    else:
+        message += ("\nAs root, bwrap creates the namespaces with root's capabilities (CAP_SYS_ADMIN): a container that"
+                    " drops them (Docker's default) cannot; run as an ordinary user with user namespaces instead.")
     return message
 
 

@@ -101,6 +101,17 @@ def test_refuses_without_user_namespaces(works):
     assert "user namespaces" in out.stdout and "bwrap" in out.stdout
 
 
+def test_refuses_as_root_without_capabilities(works):
+    """Root in a container that took CAP_SYS_ADMIN away (Docker's default): a real refusal."""
+    setpriv = shutil.which("setpriv")
+    if os.geteuid() != 0 or setpriv is None:
+        pytest.skip("needs root and util-linux's setpriv")
+    out = subprocess.run([setpriv, "--inh-caps=-sys_admin", "--bounding-set=-sys_admin", sys.executable, "-c",
+                          "from specdiff.eval import sandbox; print(sandbox.unavailable_reason())"],
+                         capture_output=True, text=True, timeout=60, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert "could not build the sandbox" in out.stdout and "CAP_SYS_ADMIN" in out.stdout, out.stdout + out.stderr
+
+
 def test_exit_codes_and_output(works):
     ok = run_program("import sys; print('out'); print('err', file=sys.stderr)")
     assert (ok.ok, ok.status, ok.stdout, ok.stderr, ok.returncode) == (True, "ok", "out\n", "err\n", 0)
