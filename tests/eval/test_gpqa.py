@@ -89,7 +89,8 @@ def test_prompts(tmp_path, chat_tokenizer):
 
 def test_bad_files(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECDIFF_DATA_DIR", str(tmp_path))
-    with pytest.raises(MissingDataError, match=re.escape(str(tmp_path / "gpqa" / "gpqa_diamond.csv")) + ".*Correct Answer"):
+    expected = re.escape(str(tmp_path / "gpqa" / "gpqa_diamond.csv")) + ".*Correct Answer"
+    with pytest.raises(MissingDataError, match=expected):
         gpqa.load()
     records = rows(3)
     records[1]["Incorrect Answer 2"] = ""

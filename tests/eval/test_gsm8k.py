@@ -159,7 +159,7 @@ def test_n(tmp_path):
 def test_prompts(chat_tokenizer):
     problem = Problem(question="Tom has 3 apples. How many?", answer="#### 3", target="3")
     assert gsm8k.build_prompt(problem) == "Question: Tom has 3 apples. How many?\nAnswer:"
-    assert gsm8k.build_prompt(problem, boxed=True) == BOXED_INSTRUCTION + "\nQuestion: Tom has 3 apples. How many?\nAnswer:"
+    assert gsm8k.build_prompt(problem, boxed=True) == f"{BOXED_INSTRUCTION}\n{gsm8k.build_prompt(problem)}"
     assert gsm8k.build_prompt(problem, chat_tokenizer) == "<|user|>Tom has 3 apples. How many?\n<|assistant|>"
     assert gsm8k.build_prompt(problem, chat_tokenizer, boxed=True) == (
         f"<|user|>{BOXED_INSTRUCTION}\nTom has 3 apples. How many?\n<|assistant|>")

@@ -91,7 +91,8 @@ def test_completion_is_cut_like_the_harness():
     assert humaneval.completion_code(body + "```\nSome explanation") == body
     assert humaneval.completion_code(body + "\nif __name__ == '__main__':\n    main()") == body
     program = humaneval.check_program(problem, body)
-    assert program.startswith(problem.meta["prompt"] + body) and program.endswith(f"check({problem.meta['entry_point']})")
+    assert program.startswith(problem.meta["prompt"] + body)
+    assert program.endswith(f"check({problem.meta['entry_point']})")
 
 
 def test_prompts(chat_tokenizer):

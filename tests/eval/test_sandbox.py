@@ -108,7 +108,8 @@ def test_refuses_as_root_without_capabilities(works):
         pytest.skip("needs root and util-linux's setpriv")
     out = subprocess.run([setpriv, "--inh-caps=-sys_admin", "--bounding-set=-sys_admin", sys.executable, "-c",
                           "from specdiff.eval import sandbox; print(sandbox.unavailable_reason())"],
-                         capture_output=True, text=True, timeout=60, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+                         capture_output=True, text=True, timeout=60, cwd=ROOT,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert "could not build the sandbox" in out.stdout and "CAP_SYS_ADMIN" in out.stdout, out.stdout + out.stderr
 
 
@@ -400,8 +401,8 @@ r = sandbox.run_program(f"open({victim_dir!r} + '/x', 'w').write('x')")
 out["write"] = r.status
 r = sandbox.run_program("open('/x', 'w').write('x')")  # the sandbox's root belongs to its user here: read-only
 out["write root"] = r.status
-r = sandbox.run_program(f"import subprocess, sys; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)', "
-                        f"{marker!r}], start_new_session=True)")
+r = sandbox.run_program("import subprocess, sys; subprocess.Popen([sys.executable, '-c', 'import time; "
+                        f"time.sleep(60)', {marker!r}], start_new_session=True)")
 out["orphan"] = r.status
 print(json.dumps(out))
 """
@@ -416,7 +417,8 @@ def test_as_an_ordinary_user(works, tmp_path):
     if python is None:
         pytest.skip("no system python3 that the dropped user could run")
     nobody = 65534
-    probe = subprocess.run([python, "-c", f"import sys; sys.path.insert(0, {str(ROOT)!r}); import specdiff.eval.sandbox"],
+    importing = f"import sys; sys.path.insert(0, {str(ROOT)!r}); import specdiff.eval.sandbox"
+    probe = subprocess.run([python, "-c", importing],
                            user=nobody, group=nobody, extra_groups=[], capture_output=True, cwd="/", timeout=60)
     if probe.returncode != 0:
         pytest.skip(f"uid {nobody} cannot import specdiff from {ROOT}: {probe.stderr.decode()[-300:]}")
