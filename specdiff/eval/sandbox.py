@@ -338,9 +338,9 @@ def _explain_failure(stderr: str, as_root: bool, bwrap: str) -> str:
     elif not as_root:
         message += ("\nUnprivileged user namespaces are probably disabled. Check: sysctl"
                     " kernel.unprivileged_userns_clone (needs 1), user.max_user_namespaces (needs > 0),"
-                    " kernel.apparmor_restrict_unprivileged_userns (needs 0, or an AppArmor profile for bwrap: on Ubuntu >= 23.10 the distribution's bwrap has one,"
-                    " so apt install bubblewrap and set SPECDIFF_BWRAP=/usr/bin/bwrap); or run in a container that"
-                    " allows them.")
+                    " kernel.apparmor_restrict_unprivileged_userns (needs 0, or an AppArmor profile for bwrap: on"
+                    " Ubuntu >= 23.10 the distribution's bwrap has one, so apt install bubblewrap and set"
+                    " SPECDIFF_BWRAP=/usr/bin/bwrap); or run in a container that allows them.")
     else:
         message += ("\nAs root, bwrap creates the namespaces with root's capabilities (CAP_SYS_ADMIN): a container that"
                     " drops them (Docker's default) cannot; run as an ordinary user with user namespaces instead.")
