@@ -102,4 +102,4 @@ def test_local_loaders(tmp_path):
            "Incorrect Answer 3": "c"}
     gpqa.write_text(json.dumps(row) + "\n")
     [mc] = tasks.load_gpqa(gpqa)
-    assert f"{mc.target}. right" in mc.question
+    assert f"({mc.target}) right" in mc.question  # GPQA targets are letters now

@@ -1,6 +1,8 @@
-"""Evaluation: tasks (the shipped `arith` generator, GSM8K-style scoring, local GSM8K/GPQA loaders)."""
-from specdiff.eval.tasks import (Problem, accuracy, arith_problems, extract_answer, is_correct, load_gpqa,
-                                 load_gsm8k, split_of)
+"""Evaluation: the benchmark tasks (`tasks`: arith, gsm8k, humaneval, gpqa, and `get_task`), the
+sandbox for generated code (`sandbox.run_program`), and the sweep result store (`store`).
+Imports no feature package."""
+from specdiff.eval.tasks import (Problem, Score, Task, accuracy, arith_problems, extract_answer, get_task, is_correct,
+                                 load_gpqa, load_gsm8k, split_of)
 
-__all__ = ["Problem", "arith_problems", "split_of", "extract_answer", "is_correct", "accuracy", "load_gsm8k",
-           "load_gpqa"]
+__all__ = ["Problem", "Score", "Task", "get_task", "arith_problems", "split_of", "extract_answer", "is_correct",
+           "accuracy", "load_gsm8k", "load_gpqa"]

@@ -1,5 +1,5 @@
-"""Evaluation tasks: the shipped `arith` word-problem generator, GSM8K-style answer extraction
-and exact-match scoring, and loaders for GSM8K / GPQA files a user already has locally.
+"""The `arith` task: the shipped word-problem generator, GSM8K-style answer extraction and
+exact-match scoring by value.
 
 `arith` imitates GSM8K in miniature: a short story of 3-4 steps with + - * and exact division,
 varied names, objects and phrasing; the reference answer is a chain of thought, one line per step
@@ -7,18 +7,21 @@ varied names, objects and phrasing; the reference answer is a chain of thought, 
 
 Splits are disjoint by construction: every problem belongs to exactly one split, decided by a hash
 of its question text (`split_of`), and each split's stream keeps only its own problems.
+
+Scoring (`is_correct`) compares values, not strings: the number after the first `####`, else the
+last `\\boxed{n}`, normalised (`1,800` = `1800`, `18.0` = `18`). The `gsm8k` task instead follows
+lm-evaluation-harness to the letter.
 """
 from __future__ import annotations
 
-import csv
 import hashlib
-import json
 import random
 import re
-from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
-from pathlib import Path
+from typing import Any, Sequence
+
+from specdiff.eval.tasks.base import Problem, Score, Task, chat_prompt, check_lengths, check_n
 
 SPLITS = ("train", "validation", "test")
 SPLIT_SEEDS = {"train": 0, "validation": 1, "test": 2}  # seed offsets: each split has its own stream
@@ -46,20 +49,6 @@ SHARE_GROUPS = {  # group word -> question about one share
 }
 
 MAX_VALUE = 99  # running totals stay in 1..MAX_VALUE
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One task instance: `prompt` is what the model sees, `answer` the reference chain of thought,
-    `target` the final number as a string (what scoring compares against)."""
-
-    question: str
-    answer: str
-    target: str
-
-    @property
-    def prompt(self) -> str:
-        return format_prompt(self.question)
 
 
 def format_prompt(question: str) -> str:
@@ -254,46 +243,25 @@ def accuracy(completions: list[str], targets: list[str]) -> float:
 
 
 # ---------------------------------------------------------------------------------------------
-# Loaders for benchmark files a user has locally (nothing is downloaded)
+# The task
 # ---------------------------------------------------------------------------------------------
 
 
-def load_gsm8k(path: str | Path, n: int | None = None) -> list[Problem]:
-    """GSM8K from a local JSONL file (fields `question`, `answer` as in openai/gsm8k)."""
-    problems = []
-    with open(path) as f:
-        for line in f:
-            if not line.strip():
-                continue
-            row = json.loads(line)
-            target = extract_answer(row["answer"])
-            problems.append(Problem(question=row["question"], answer=row["answer"], target=target or ""))
-            if n is not None and len(problems) == n:
-                break
-    return problems
+def load(n: int | None = 500, split: str = "test", seed: int = 0) -> list[Problem]:
+    """The first `n` problems of a split (500 test problems by default)."""
+    check_n(n)
+    return arith_problems(split, 500 if n is None else n, seed)
 
 
-def load_gpqa(path: str | Path, n: int | None = None, seed: int = 0) -> list[Problem]:
-    """GPQA (e.g. gpqa_diamond.csv) from a local CSV or JSONL with `Question`, `Correct Answer` and
-    `Incorrect Answer 1..3`. Choices are shuffled with `seed`; the target is the letter, written
-    as its 1-based index so it scores with the same exact-match rule (`#### 2` means B)."""
-    path = Path(path)
-    if path.suffix == ".csv":
-        with open(path, newline="") as f:
-            rows = list(csv.DictReader(f))
-    else:
-        with open(path) as f:
-            rows = [json.loads(line) for line in f if line.strip()]
-    rng = random.Random(seed)
-    problems = []
-    for row in rows:
-        choices = [row["Correct Answer"]] + [row[f"Incorrect Answer {i}"] for i in (1, 2, 3)]
-        order = list(range(4))
-        rng.shuffle(order)
-        correct = order.index(0) + 1
-        lines = [row["Question"].strip()] + [f"{i + 1}. {choices[j].strip()}" for i, j in enumerate(order)]
-        question = "\n".join(lines) + "\nAnswer with the number of the correct choice after ####."
-        problems.append(Problem(question=question, answer=f"#### {correct}", target=str(correct)))
-        if n is not None and len(problems) == n:
-            break
-    return problems
+def build_prompt(problem: Problem, tokenizer: Any = None, boxed: bool = False) -> str:
+    """The testbed's prompt (`format_prompt`), or the tokenizer's chat template around the question."""
+    return chat_prompt(problem.question, tokenizer, boxed=boxed, plain=format_prompt(problem.question))
+
+
+def score(problems: Sequence[Problem], completions: Sequence[str]) -> list[Score]:
+    """Exact match by value of the extracted answer (`is_correct`)."""
+    check_lengths(problems, completions)
+    return [Score(is_correct(c, p.target), extract_answer(c)) for p, c in zip(problems, completions)]
+
+
+TASK = Task("arith", load, build_prompt, score, description="the shipped testbed: generated multi-step word problems")
