@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from specdiff.eval import tasks
+from specdiff.lm.masks import bidirectional_mask, causal_mask  # noqa: F401  (tests import causal_mask here)
 from specdiff.zoo import configs
 
 MASK_EPS = 1e-3  # smallest masking ratio t
@@ -121,21 +122,6 @@ def mdlm_batch(problems, tokenizer, canvas: int = configs.CANVAS_TOKENS):
     key_mask = position < lengths
     canvas_mask = (position >= torch.tensor(starts)[:, None]) & key_mask
     return x0, key_mask, canvas_mask, groups, result_rank
-
-
-def bidirectional_mask(key_mask: torch.Tensor) -> torch.Tensor:
-    """Full (non-causal) 4D boolean attention mask [b, 1, L, L] from a key mask [b, L]:
-    every query attends every real token. transformers passes a 4D mask through unchanged."""
-    b, length = key_mask.shape
-    return key_mask[:, None, None, :].expand(b, 1, length, length)
-
-
-def causal_mask(key_mask: torch.Tensor) -> torch.Tensor:
-    """Causal 4D boolean attention mask [b, 1, L, L] from a key mask [b, L] (query i sees real keys <= i).
-    Explicit, so that a model whose config says `is_causal: false` still attends causally."""
-    length = key_mask.shape[1]
-    lower = torch.ones(length, length, dtype=torch.bool).tril()
-    return key_mask[:, None, None, :] & lower[None, None]
 
 
 def ar_loss(model, batch, causal: bool = False) -> torch.Tensor:
