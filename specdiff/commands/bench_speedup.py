@@ -1,7 +1,7 @@
 """`specdiff bench speedup`: speculative diffusion against plain and assisted decoding, measured
 side by side in one run on the shipped testbed.
 
-1. Tuning, on validation problems only: the best (K, B, prefix cache) of a small grid for the
+1. Tuning, on validation problems only: the best (K, B, prefix cache) of a grid for the
    masked drafter (lossless, marginal proposal) and the best B for the AR drafter, by tokens/s.
 2. Measurement, on test problems (never seen by the tuning): for `--repeats` rounds, each method
    runs once per round in turn (interleaved, so machine load falls on all alike), one problem at a
@@ -36,8 +36,10 @@ def register(targets) -> None:
     speedup.add_argument("--threads", type=int, default=1,
                          help="torch threads (default 1: batch-1 decoding of the tiny testbed is bound by per-op "
                               "overhead, which a second thread does not cut)")
-    speedup.add_argument("--steps", type=int, nargs="+", default=[1, 2, 3, 4], help="K grid (default 1 2 3 4)")
+    speedup.add_argument("--steps", type=int, nargs="+", default=[1, 2, 4, 6, 8], help="K grid (default 1 2 4 6 8)")
     speedup.add_argument("--blocks", type=int, nargs="+", default=[8, 12, 16], help="B grid (default 8 12 16)")
+    speedup.add_argument("--caches", nargs="+", default=["off", "round", "persistent"],
+                         choices=["off", "round", "persistent"], help="masked drafter prefix caches in the grid")
     speedup.add_argument("--seed", type=int, default=0)
     speedup.set_defaults(handler=run)
 
@@ -80,8 +82,9 @@ def _tune(args, cache, problems, say):
     prompts, targets = [p.prompt for p in problems], [p.target for p in problems]
     run_config(RunConfig("warm-up", steps=1), prompts[:2], None, cache, 16)
     grid = []
-    for steps, block, prefix_cache in itertools.product(args.steps, args.blocks, [False, "persistent"]):
-        if steps > block:
+    caches = [{"off": False}.get(cache, cache) for cache in args.caches]
+    for steps, block, prefix_cache in itertools.product(args.steps, args.blocks, caches):
+        if steps > block or (steps == 1 and prefix_cache == "round"):  # one step: a round cache is never reused
             continue
         config = RunConfig(f"masked K={steps} B={block} cache={prefix_cache or 'off'}", steps=steps, block_size=block,
                            prefix_cache=prefix_cache)
