@@ -68,11 +68,17 @@ class AutoregressiveDrafter(Drafter):
     def commit(self, num_accepted: torch.Tensor, verifier_hidden=None) -> None:
         """Keeps the cached drafted tokens that were accepted; drops the rest and skipped columns."""
         drafted = self.drafted_in_cache
+        self.drafted_in_cache = 0
+        if self.cache_mask.shape[0] == 1:  # batch 1: a crop
+            dropped = drafted - min(int(num_accepted[0]), drafted)
+            if dropped:
+                self.cache.crop(-dropped)
+                self.cache_mask = self.cache_mask[:, :-dropped]
+            return
         keep = self.cache_mask.clone()
         if drafted:
             keep[:, -drafted:] &= torch.arange(drafted, device=keep.device)[None, :] < num_accepted[:, None]
         self.cache_mask = keep_columns(self.cache, keep)
-        self.drafted_in_cache = 0
 
     def select(self, rows: torch.Tensor) -> None:
         self.cache.batch_select_indices(rows)

@@ -106,10 +106,11 @@ class MaskedDiffusionDrafter(Drafter):
             return round_cache_steps(self.model, tokens, key_mask, block_size, self.shift_logits)
         model, shift = self.model, self.shift_logits
         columns = torch.arange(tokens.shape[1] - block_size, tokens.shape[1], device=tokens.device)
+        positions, padded = position_ids(key_mask), not bool(key_mask.all())  # once per round
 
         def step(canvas):
             tokens[:, -block_size:] = canvas
-            return bidirectional_logits(model, tokens, key_mask, columns, shift)
+            return bidirectional_logits(model, tokens, key_mask, columns, shift, positions=positions, padded=padded)
         return step
 
     def start(self, ids, key_mask, verifier_hidden=None) -> None:
@@ -169,7 +170,8 @@ def unmask_canvas(step_logits, canvas: torch.Tensor, mask_token_id: int, steps: 
 
 
 def bidirectional_logits(model, tokens: torch.Tensor, key_mask: torch.Tensor, columns: torch.Tensor | None = None,
-                         shift: bool = True, cache=None) -> torch.Tensor:
+                         shift: bool = True, cache=None, positions: torch.Tensor | None = None,
+                         padded: bool | None = None) -> torch.Tensor:
     """One bidirectional forward. Returns logits [b, L, V] where row j is the distribution of token j,
     or only the rows `columns` [C]: [b, C, V]. With shift (Dream), row j is the model's output at j-1
     (row 0 copies row 1's source); without (LLaDA, BERT), it is the output at j.
@@ -177,12 +179,13 @@ def bidirectional_logits(model, tokens: torch.Tensor, key_mask: torch.Tensor, co
     A causal-LM class gets its attention mask already prepared ({layer type: mask}, passed through by
     transformers) and `is_causal=False`: no mask when no row is padded (SDPA runs unmasked, i.e.
     bidirectional), else a 4D boolean mask hiding only the padding. A masked-LM class gets a 2D mask."""
-    positions = position_ids(key_mask)  # [b, L], left padding aware
+    positions = position_ids(key_mask) if positions is None else positions  # [b, L], left padding aware
     if not _is_causal_lm_class(model):
         logits = model(input_ids=tokens, attention_mask=key_mask.long(), **_position_kwargs(model, positions)).logits
         logits = torch.cat([logits[:, :1], logits[:, :-1]], dim=1) if shift else logits
         return logits if columns is None else logits[:, columns]
-    mask = None if bool(key_mask.all()) else bidirectional_mask(key_mask)
+    padded = not bool(key_mask.all()) if padded is None else padded
+    mask = bidirectional_mask(key_mask) if padded else None
     if columns is None:
         keep = 0
     else:

@@ -64,8 +64,14 @@ class Verifier:
 
     def commit(self, num_kept: torch.Tensor) -> None:
         """num_kept [b]: keep the first num_kept[r] columns of the last scored chunk in row r's cache."""
-        keep = self.cache_mask.clone()
         scored = self._last_chunk
+        if self.cache_mask.shape[0] == 1:  # batch 1: a crop
+            dropped = scored - int(num_kept[0])
+            if dropped:
+                self.cache.crop(-dropped)
+                self.cache_mask = self.cache_mask[:, :-dropped]
+            return
+        keep = self.cache_mask.clone()
         keep[:, -scored:] = torch.arange(scored, device=keep.device)[None, :] < num_kept[:, None]
         self.cache_mask = keep_columns(self.cache, keep)
 
