@@ -86,7 +86,8 @@ class DFlashDrafter(Drafter):
         new = self.pending.shape[1] + block_size + 1
         attend = full_mask[:, None, None, :].expand(batch, 1, block_size + 1, full_mask.shape[1])
         types = set(getattr(self.model.config, "layer_types", None) or ["full_attention"])
-        out = self.model(noise_embeds=noise.to(self.model.dtype), context_hidden_states=self.pending.to(self.model.dtype),
+        dtype = self.model.dtype
+        out = self.model(noise_embeds=noise.to(dtype), context_hidden_states=self.pending.to(dtype),
                          position_ids=position_ids(full_mask)[:, -new:], attention_mask={t: attend for t in types},
                          cache=self.cache)
         self.cache.crop(-(block_size + 1))  # the block's keys and values: never kept

@@ -53,7 +53,8 @@ def _check_tokenizers(drafter_tokenizer, verifier_tokenizer, mask: int | None) -
     differ = [i for i in shared if ours[i] != theirs[i]]
     if mask is not None and mask in differ:
         raise VocabularyMismatch(f"the drafter's mask token id {mask} ({ours[mask]!r}) is the verifier's token "
-                                 f"{theirs[mask]!r}: the drafter would read it as a mask whenever the verifier emits it")
+                                 f"{theirs[mask]!r}: the drafter would read it as a mask whenever the verifier "
+                                 "emits it")
     if differ:
         shown = ", ".join(f"{i}: {ours[i]!r} vs {theirs[i]!r}" for i in differ[:5])
         raise VocabularyMismatch(f"the drafter's and the verifier's tokenizers disagree on {len(differ)} shared ids "
