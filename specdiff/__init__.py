@@ -18,7 +18,10 @@ if TYPE_CHECKING:
     from specdiff.acceptance import Cactus, Linear, Lossless, TVBudget
     from specdiff.drafters.autoregressive import AutoregressiveDrafter
     from specdiff.drafters.base import Draft, Drafter
+    from specdiff.drafters.block import BlockDiffusionDrafter
+    from specdiff.drafters.dflash import DFlashDrafter
     from specdiff.drafters.masked import MaskedDiffusionDrafter
+    from specdiff.drafters.uniform import UniformDiffusionDrafter
     from specdiff.engine.generate import GenerationOutput, SpeculativeGenerator
     from specdiff.engine.verifier import Verifier
     from specdiff.verify import VerifyResult, verify
@@ -37,6 +40,9 @@ _PUBLIC = {
     "Draft": "specdiff.drafters.base",
     "MaskedDiffusionDrafter": "specdiff.drafters.masked",
     "AutoregressiveDrafter": "specdiff.drafters.autoregressive",
+    "UniformDiffusionDrafter": "specdiff.drafters.uniform",
+    "BlockDiffusionDrafter": "specdiff.drafters.block",
+    "DFlashDrafter": "specdiff.drafters.dflash",
 }
 __all__ = list(_PUBLIC)
 __getattr__ = lazy_exports(globals(), _PUBLIC)

@@ -44,3 +44,40 @@ def sequence_index(rows: list[list[int]], vocab: int, length: int) -> torch.Tens
     tokens = torch.tensor([row[:length] for row in rows])
     weights = vocab ** torch.arange(length - 1, -1, -1)
     return (tokens * weights).sum(-1)
+
+
+def tiny_diffusion_gemma(vocab: int = 4, seed: int = 0, layers: int = 2, logit_scale: float = 1.5, context: int = 64):
+    """A DiffusionGemmaForBlockDiffusion (transformers >= 5.24, uniform diffusion) with a tiny text model
+    (two experts, one sliding and one full layer) and a tiny vision tower, peaked output distributions."""
+    from transformers import DiffusionGemmaConfig, DiffusionGemmaForBlockDiffusion
+
+    layer_types = ["sliding_attention"] * (layers - 1) + ["full_attention"]
+    text = dict(vocab_size=vocab, hidden_size=16, intermediate_size=32, num_hidden_layers=layers,
+                num_attention_heads=2, num_key_value_heads=1, head_dim=8, global_head_dim=8,
+                max_position_embeddings=context, sliding_window=context, layer_types=layer_types,
+                num_experts=2, top_k_experts=1, moe_intermediate_size=16, pad_token_id=0, bos_token_id=None,
+                eos_token_id=None)
+    vision = dict(model_type="gemma4_vision", hidden_size=8, intermediate_size=8, num_hidden_layers=1,
+                  num_attention_heads=1, num_key_value_heads=1, head_dim=8, position_embedding_size=4, patch_size=2)
+    config = DiffusionGemmaConfig(text_config=text, vision_config=vision, canvas_length=4)
+    torch.manual_seed(seed)
+    model = DiffusionGemmaForBlockDiffusion(config).eval()
+    with torch.no_grad():
+        model.lm_head.weight.normal_(0.0, logit_scale)
+    return model
+
+
+def tiny_dflash(target, block: int = 4, seed: int = 0, layers=(0, 1), mask_token_id: int | None = None):
+    """A DFlash draft model (transformers' MuseGlimmerAssistantModel) for the causal LM `target`: same
+    hidden size, conditioned on target layers `layers` (0-indexed, as config.target_layer_ids)."""
+    from transformers import MuseGlimmerAssistantConfig, MuseGlimmerAssistantModel
+
+    hidden = target.config.hidden_size
+    config = MuseGlimmerAssistantConfig(
+        hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=1, num_attention_heads=2,
+        num_key_value_heads=1, head_dim=8, max_position_embeddings=target.config.max_position_embeddings,
+        sliding_window=target.config.max_position_embeddings, layer_types=["full_attention"], block_size=block,
+        mask_token_id=target.config.vocab_size - 1 if mask_token_id is None else mask_token_id,
+        target_layer_ids=list(layers), bos_token_id=None, eos_token_id=None, pad_token_id=0)
+    torch.manual_seed(seed)
+    return MuseGlimmerAssistantModel(config).eval()

@@ -63,7 +63,7 @@ class AutoregressiveDrafter(Drafter):
                          **cache_kwargs(self.model, self.cache))
         self.cache_mask = full_mask
         check_finite(out.logits, "drafter")
-        return out.logits[:, -1].float()
+        return self.trim(out.logits[:, -1]).float()
 
     def commit(self, num_accepted: torch.Tensor, verifier_hidden=None) -> None:
         """Keeps the cached drafted tokens that were accepted; drops the rest and skipped columns."""

@@ -51,16 +51,28 @@ class Drafter:
 
     verifier_hidden_layers: tuple[int, ...] | None = None  # see module docstring
     exact_marginal: bool = False  # q_i is exactly the law of y_i given the drafted tokens to its left
+    output_vocab: int | None = None  # set by `specdiff.drafters.vocab.fit_vocabulary`: drop rows >= it
+
+    @property
+    def model_vocab_size(self) -> int:
+        """Rows of the drafter model's output (its embedding size)."""
+        return int(self.model.config.get_text_config().vocab_size)
 
     @property
     def vocab_size(self) -> int:
-        """Size of the distributions in `Draft.probs` (must equal the verifier's)."""
-        return int(self.model.config.vocab_size)
+        """Size of the distributions in `Draft.probs` (must equal the verifier's): the model's rows, or
+        fewer where `fit_vocabulary` dropped the rows the verifier lacks."""
+        return self.model_vocab_size if self.output_vocab is None else int(self.output_vocab)
+
+    def trim(self, logits: torch.Tensor) -> torch.Tensor:
+        """logits [..., V_model] -> [..., vocab_size]: the rows the verifier has (a view, no copy)."""
+        return logits if self.output_vocab is None else logits[..., : self.output_vocab]
 
     @property
     def max_length(self) -> int | None:
         """The longest sequence (prompt + generated + one block) the drafter's model takes, if known."""
         config = getattr(getattr(self, "model", None), "config", None)
+        config = config.get_text_config() if config is not None else None
         return getattr(config, "max_position_embeddings", None)
 
     def start(self, ids: torch.Tensor, key_mask: torch.Tensor,

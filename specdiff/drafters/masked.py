@@ -43,9 +43,9 @@ from specdiff.drafters.base import Draft, Drafter
 from specdiff.drafters.prefix_cache import PersistentPrefix, round_cache_steps
 from specdiff.lm.cache import cache_kwargs
 from specdiff.lm.masks import bidirectional_mask, layer_masks, position_ids
-from specdiff.lm.sampling import check_finite, check_sampling, sampling_probs
+from specdiff.drafters.unmasking import ORDERS, unmask_canvas  # noqa: F401  (unmask_canvas: re-exported)
+from specdiff.lm.sampling import check_sampling
 
-ORDERS = ("entropy", "confidence", "margin", "random", "left_to_right")
 PREFIX_CACHES = (False, "round", "persistent")
 
 
@@ -95,7 +95,8 @@ class MaskedDiffusionDrafter(Drafter):
         full_mask = torch.cat([key_mask, torch.ones_like(canvas, dtype=torch.bool)], dim=1)
         step_logits = self._step_logits_fn(tokens, full_mask, block_size)
         out, probs = unmask_canvas(step_logits, tokens[:, -block_size:], self.mask_token_id, self.steps,
-                                   self.threshold, self.order, self.temperature, self.top_p, self.top_k, generator)
+                                   self.threshold, self.order, self.temperature, self.top_p, self.top_k, generator,
+                                   self.output_vocab)
         return Draft(tokens=out, probs=probs)
 
     def _step_logits_fn(self, tokens: torch.Tensor, key_mask: torch.Tensor, block_size: int):
@@ -134,41 +135,6 @@ class MaskedDiffusionDrafter(Drafter):
             self.steps, self.threshold = saved
 
 
-def unmask_canvas(step_logits, canvas: torch.Tensor, mask_token_id: int, steps: int, threshold: float | None,
-                  order: str, temperature: float, top_p: float, top_k: int,
-                  generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Masked diffusion sampling of a canvas [b, B] (all masks) in `steps` steps or by threshold.
-
-    step_logits: canvas [b, B] -> logits [b, B, V] of every canvas position. Returns (tokens [b, B],
-    probs [b, B, V]): probs[r, i] is the filtered distribution token i was sampled from at the step it
-    was unmasked."""
-    batch, block = canvas.shape
-    still_masked = torch.ones(batch, block, dtype=torch.bool, device=canvas.device)  # [b, B]
-    probs_out = None
-    counts = None if threshold is not None else _positions_per_step(block, steps)
-    step = 0
-    while probs_out is None or bool(still_masked.any()):
-        logits = step_logits(canvas).float()  # [b, B, V]
-        check_finite(logits, "drafter")
-        logits[..., mask_token_id] = float("-inf")  # never propose the mask token
-        probs = sampling_probs(logits, temperature, top_p, top_k)  # [b, B, V]
-        sampled = torch.multinomial(probs.view(-1, probs.shape[-1]), 1, generator=generator).view(batch, block)
-        score = _order_score(order, logits, sampled, generator).masked_fill(~still_masked, float("-inf"))
-        best = score.argmax(-1, keepdim=True)  # [b, 1]: at least one position per step
-        if threshold is None:
-            chosen = score.topk(counts[step], dim=-1).indices  # [b, k]
-            unmask = torch.zeros_like(still_masked).scatter_(1, chosen, True)
-        else:
-            confident = probs.gather(-1, sampled[..., None]).squeeze(-1) > threshold  # [b, B]
-            unmask = confident | torch.zeros_like(still_masked).scatter_(1, best, True)
-        unmask &= still_masked
-        canvas = torch.where(unmask, sampled, canvas)
-        probs_out = probs if probs_out is None else torch.where(unmask[..., None], probs, probs_out)
-        still_masked &= ~unmask
-        step += 1
-    return canvas, probs_out
-
-
 def bidirectional_logits(model, tokens: torch.Tensor, key_mask: torch.Tensor, columns: torch.Tensor | None = None,
                          shift: bool = True, cache=None, positions: torch.Tensor | None = None,
                          padded: bool | None = None) -> torch.Tensor:
@@ -202,29 +168,6 @@ def masked_logits(model, tokens: torch.Tensor, key_mask: torch.Tensor,
                   columns: torch.Tensor | None = None) -> torch.Tensor:
     """`bidirectional_logits` with Dream's shift (the zoo drafter's convention)."""
     return bidirectional_logits(model, tokens, key_mask, columns, shift=True)
-
-
-def _order_score(order: str, logits: torch.Tensor, sampled: torch.Tensor, generator) -> torch.Tensor:
-    """Higher first. logits [b, B, V] (the mask token at -inf), sampled [b, B]."""
-    batch, block = sampled.shape
-    if order == "left_to_right":
-        return -torch.arange(block, dtype=torch.float, device=sampled.device)[None, :].expand(batch, block)
-    if order == "random":
-        return torch.rand(batch, block, generator=generator, device=sampled.device)
-    plain = torch.softmax(logits, dim=-1)  # [b, B, V]
-    if order == "entropy":
-        return (plain * torch.log(plain.clamp_min(1e-12))).sum(-1)  # -entropy
-    if order == "confidence":
-        return plain.gather(-1, sampled[..., None]).squeeze(-1)
-    top2 = plain.topk(2, dim=-1).values  # margin
-    return top2[..., 0] - top2[..., 1]
-
-
-def _positions_per_step(num_masked: int, steps: int) -> list[int]:
-    """How many positions to unmask at each of `steps` steps (nearly equal, summing to num_masked)."""
-    steps = max(1, min(steps, num_masked))
-    base, extra = divmod(num_masked, steps)
-    return [base + (1 if i < extra else 0) for i in range(steps)]
 
 
 def _is_causal_lm_class(model) -> bool:

@@ -12,7 +12,7 @@ import os
 from functools import lru_cache
 from pathlib import Path
 
-from specdiff.zoo.configs import MODEL_NAMES, SAMPLING
+from specdiff.zoo.configs import MODEL_NAMES, SAMPLING, TRAINABLE
 
 # shipped weights; SPECDIFF_ZOO_DIR points `load` at another directory of <name>/ folders
 MODELS_DIR = Path(os.environ.get("SPECDIFF_ZOO_DIR", Path(__file__).parent / "models"))
@@ -24,8 +24,8 @@ __all__ = ["MODEL_NAMES", "SAMPLING", "load", "tokenizer", "model_dir"]
 
 def model_dir(name: str) -> Path:
     """Directory of a shipped model (config.json + model.safetensors)."""
-    if name not in MODEL_NAMES:
-        raise ValueError(f"unknown zoo model {name!r}; choose from {', '.join(MODEL_NAMES)}")
+    if name not in TRAINABLE:
+        raise ValueError(f"unknown zoo model {name!r}; choose from {', '.join(TRAINABLE)}")
     return MODELS_DIR / name
 
 
@@ -42,11 +42,14 @@ def load(name: str, dtype=None):
 
     The masked drafter is a `Qwen3ForCausalLM` whose config says `is_causal: false`; run it through
     `specdiff.drafters.masked` (which passes a full bidirectional attention mask)."""
-    from transformers import AutoModelForCausalLM
+    import transformers
+
+    from specdiff.zoo.configs import MODEL_CLASSES
 
     path = model_dir(name)
     if not (path / "model.safetensors").exists():
         raise FileNotFoundError(f"{path} has no weights; train them with `specdiff zoo train {name}`")
     kwargs = {} if dtype is None else {"dtype": dtype}
-    model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    model_class = getattr(transformers, MODEL_CLASSES.get(name, "AutoModelForCausalLM"))
+    model = model_class.from_pretrained(path, **kwargs)
     return model.eval()

@@ -9,7 +9,7 @@ from specdiff.argtypes import output_dir, positive_int
 
 def register(subparsers) -> None:
     """Adds `zoo` with `list`, `train NAME` and `eval` to the `specdiff` command."""
-    from specdiff.zoo.configs import MODEL_NAMES
+    from specdiff.zoo.configs import MODEL_NAMES, TRAINABLE
 
     zoo = subparsers.add_parser("zoo", help="the shipped testbed models: list, train, eval",
                                 description="The shipped testbed: tokenizer and tiny verifier / drafter models "
@@ -26,7 +26,7 @@ def register(subparsers) -> None:
                                            "RUN_DIR/checkpoint.pt; writes config.json + model.safetensors to "
                                            "RUN_DIR/model (default RUN_DIR: runs/zoo/NAME). The shipped weights "
                                            "are replaced only with --replace-shipped.")
-    train.add_argument("name", choices=MODEL_NAMES)
+    train.add_argument("name", choices=TRAINABLE)
     train.add_argument("--steps", type=positive_int, default=None, help="override the number of steps (>= 1)")
     train.add_argument("--threads", type=positive_int, default=None, help="torch threads (default: torch's)")
     train.add_argument("--run-dir", type=output_dir, default=None, help="checkpoint dir (default runs/zoo/NAME)")

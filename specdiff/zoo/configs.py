@@ -10,10 +10,25 @@ default sampling settings. `specdiff zoo train NAME` reproduces a model from its
   has the ar-drafter's architecture and starts from its weights, as Dream started from Qwen2.5
   (`init_from="verifier"` would start a same-width drafter from the verifier's embeddings, first
   layers and final norm; see docs/testbed.md for why the shipped one does not).
+
+Recipes whose weights are not trained yet (`PLANNED`; `specdiff zoo train NAME` reproduces them,
+docs/drafters.md describes them); each moves into the shipped `MODEL_NAMES` once trained:
+- `block-drafter`: SDAR-style block diffusion on the masked drafter's Qwen3 backbone, from the
+  ar-drafter's weights: committed tokens attend causally (they are cached once), a block of
+  `BLOCK_TOKENS` after a random cut is masked at ratio t and attends to the prefix and, bidirectionally,
+  to itself (`zoo.drafter_objectives.block_loss`), plus the causal next-token loss.
+- `uniform-drafter`: a tiny `DiffusionGemmaForBlockDiffusion` (transformers' uniform diffusion
+  model: causal encoder, bidirectional decoder over the canvas, self-conditioning), trained from
+  scratch with the uniform-noise objective on a block after a random cut and the encoder's
+  next-token loss (`uniform_loss`).
+- `dflash-drafter`: a DFlash draft model (`MuseGlimmerAssistantModel`) for the shipped verifier:
+  the verifier's hidden states at `target_layer_ids` condition one step over [anchor, B masks],
+  through the verifier's frozen embeddings and LM head (`dflash_loss`).
 """
 from __future__ import annotations
 
 CANVAS_TOKENS = 80  # masked drafter: answer canvas, answer + eos padding (max answer is 79 tokens)
+BLOCK_TOKENS = 8  # block, uniform and DFlash drafters: the block they are trained to draft (the engine's B)
 
 # Qwen3Config keyword arguments; vocab and special token ids are filled in from the tokenizer.
 ARCHITECTURES = {
@@ -23,6 +38,22 @@ ARCHITECTURES = {
                        head_dim=16, intermediate_size=256),
     "masked-drafter": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                            head_dim=16, intermediate_size=256),
+    # not shipped yet (PLANNED): the block drafter is a Qwen3 like the masked one; the others are the
+    # keyword arguments of their own configs (DiffusionGemmaTextConfig, MuseGlimmerAssistantConfig)
+    "block-drafter": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                          head_dim=16, intermediate_size=256),
+    "uniform-drafter": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                            head_dim=16, global_head_dim=16, intermediate_size=256, num_experts=2, top_k_experts=1,
+                            moe_intermediate_size=128, layer_types=["sliding_attention", "full_attention"],
+                            sliding_window=192),
+    "dflash-drafter": dict(hidden_size=96, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                           head_dim=24, intermediate_size=256, layer_types=["full_attention"] * 2,
+                           sliding_window=192, target_layer_ids=[1, 4, 6], block_size=BLOCK_TOKENS + 1),
+}
+
+MODEL_CLASSES = {  # transformers class of each zoo model (default Qwen3ForCausalLM)
+    "uniform-drafter": "DiffusionGemmaForBlockDiffusion",
+    "dflash-drafter": "MuseGlimmerAssistantModel",
 }
 
 COMMON_ARCHITECTURE = dict(max_position_embeddings=192, tie_word_embeddings=True, rope_theta=10000.0,
@@ -44,6 +75,19 @@ TRAINING = {
                            seed=3, init_from="ar-drafter",
                            stages=[dict(until=4000, group_prob=0.5, prefix_prob=0.3, prefix_masking="all",
                                         ar_weight=1.0)]),
+    # SDAR-style: from the ar-drafter (its causal prefix encoding is the block drafter's cache), the
+    # block objective at the masked drafter's budget, and the same causal next-token loss.
+    "block-drafter": dict(objective="block", steps=4000, batch_size=32, lr=1e-3, warmup=100, weight_decay=0.1,
+                          seed=4, init_from="ar-drafter", block_tokens=BLOCK_TOKENS, ar_weight=1.0),
+    # DiffusionGemma-style, from scratch: uniform noise at ratio t on the block after a random cut,
+    # self-conditioning on half the batches, the encoder's next-token loss on the same problems.
+    "uniform-drafter": dict(objective="uniform", steps=4000, batch_size=32, lr=2e-3, warmup=100, weight_decay=0.1,
+                            seed=5, init_from=None, block_tokens=BLOCK_TOKENS, self_conditioning_prob=0.5,
+                            ar_weight=1.0),
+    # DFlash: the shipped verifier frozen (its embeddings, LM head and hidden states); 4 anchors per
+    # problem, each predicting the BLOCK_TOKENS tokens after it in one step.
+    "dflash-drafter": dict(objective="dflash", steps=3000, batch_size=32, lr=1e-3, warmup=100, weight_decay=0.1,
+                           seed=6, init_from=None, target="verifier", anchors=4),
 }
 
 # Default sampling settings, after the first paper's Table 3 (Qwen2.5 verifier; Dream standalone).
@@ -51,6 +95,13 @@ SAMPLING = {
     "verifier": dict(temperature=0.7, top_p=0.8, top_k=20),
     "ar-drafter": dict(temperature=0.7, top_p=0.8, top_k=20),
     "masked-drafter": dict(temperature=0.2, top_p=0.95, top_k=0, order="entropy"),
+    # first paper's Table 3: SDAR draft; DiffusionGemma anneals 0.8 -> 0.4 (t_first, t_last); DFlash greedy
+    "block-drafter": dict(temperature=0.6, top_p=0.95, top_k=20, order="confidence"),
+    "uniform-drafter": dict(temperature=(0.8, 0.4), top_p=0.95, top_k=0, order="entropy"),
+    "dflash-drafter": dict(temperature=0.0, top_p=1.0, top_k=0),
 }
 
-MODEL_NAMES = tuple(ARCHITECTURES)
+PLANNED = ("block-drafter", "uniform-drafter", "dflash-drafter")  # recipes whose weights are not shipped yet
+MODEL_NAMES = tuple(name for name in ARCHITECTURES if name not in PLANNED)  # the shipped models
+TRAINABLE = tuple(ARCHITECTURES)  # every recipe: `specdiff zoo train NAME`
+

@@ -38,10 +38,12 @@ def model_config(name: str, tokenizer):
     config = Qwen3Config(
         vocab_size=len(tokenizer), bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id, **configs.COMMON_ARCHITECTURE, **configs.ARCHITECTURES[name])
-    if configs.TRAINING[name]["objective"] == "mdlm":
+    if configs.TRAINING[name]["objective"] in ("mdlm", "block"):
         config.is_causal = False  # documentation for loaders; the drafter also passes a full 4D mask
         config.mask_token_id = tokenizer.mask_token_id
         config.logits_shift = 1  # Dream: logit at position i predicts token i + 1
+    if configs.TRAINING[name]["objective"] == "block":
+        config.block_size = configs.TRAINING[name]["block_tokens"]  # SDAR's field: the trained block length
     config.specdiff_role = name
     return config
 
@@ -205,6 +207,22 @@ def mdlm_loss(model, batch, mask_token_id: int, generator: torch.Generator | Non
     return (ce * weight[:, 1:]).sum() / canvas_mask.sum()
 
 
+def drafter_loss(model, target, recipe: dict, problems, tokenizer, generator) -> torch.Tensor:
+    """One batch's loss for the block, uniform and DFlash recipes (`zoo.drafter_objectives`)."""
+    from specdiff.zoo import drafter_objectives as objectives
+
+    block, objective = configs.BLOCK_TOKENS, recipe["objective"]
+    if objective == "dflash":
+        return objectives.dflash_loss(model, target, problems, tokenizer, generator, block, recipe["anchors"])
+    if objective == "uniform":
+        return objectives.uniform_loss(model, problems, tokenizer, generator, block,
+                                       recipe["self_conditioning_prob"], recipe["ar_weight"])
+    loss = objectives.block_loss(model, problems, tokenizer, generator, recipe["block_tokens"])
+    if recipe.get("ar_weight", 0.0) > 0:  # the causal next-token loss, same weights (as the masked drafter)
+        loss = loss + recipe["ar_weight"] * ar_loss(model, ar_batch(problems, tokenizer), causal=True)
+    return loss
+
+
 def set_default_sampling(model, name: str) -> None:
     """Writes the model's default sampling settings (configs.SAMPLING) into its generation config."""
     sampling = configs.SAMPLING[name]
@@ -270,10 +288,18 @@ def train(name: str, run_dir: str | Path | None = None, out_dir: str | Path | No
     out_dir = Path(out_dir or run_dir / "model")
     run_dir.mkdir(parents=True, exist_ok=True)
     tokenizer = load_tokenizer()
-    config = model_config(name, tokenizer)
+    objective, target = recipe["objective"], None
+    config = model_config(name, tokenizer) if objective in ("ar", "mdlm", "block") else None
 
     torch.manual_seed(recipe["seed"])
-    model = Qwen3ForCausalLM(config)
+    if objective in ("uniform", "dflash"):  # zoo.drafter_objectives: their own transformers classes
+        from specdiff.zoo import drafter_objectives
+
+        model = drafter_objectives.build_model(name, tokenizer)
+        if objective == "dflash":  # the frozen verifier whose states, embeddings and LM head it uses
+            target = load(recipe["target"]).requires_grad_(False)
+    else:
+        model = Qwen3ForCausalLM(config)
     if recipe["init_from"]:  # Dream-style: start from an AR model's weights (extra layers are dropped)
         source = load(recipe["init_from"])
         missing = model.load_state_dict(source.state_dict(), strict=False)
@@ -303,8 +329,10 @@ def train(name: str, run_dir: str | Path | None = None, out_dir: str | Path | No
         stage, stage_start, stage_end = stage_of(recipe, step)
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(step - stage_start, stage_end - stage_start, stage["lr"], stage["warmup"])
-        if recipe["objective"] == "ar":
+        if objective == "ar":
             loss = ar_loss(model, ar_batch(problems, tokenizer))
+        elif objective in ("block", "uniform", "dflash"):
+            loss = drafter_loss(model, target, recipe, problems, tokenizer, generator)
         else:
             loss = mdlm_loss(model, mdlm_batch(problems, tokenizer), tokenizer.mask_token_id, generator,
                              prefix_prob=stage.get("prefix_prob", 0.0), group_prob=stage.get("group_prob", 0.0),
@@ -320,7 +348,7 @@ def train(name: str, run_dir: str | Path | None = None, out_dir: str | Path | No
         bar.set_postfix(loss=f"{ema:.4f}", refresh=False)  # redrawn at mininterval, not every step
         done = step + 1
         if done % probe_every == 0 or done == total:
-            acc = quick_accuracy(model, tokenizer, name)
+            acc = quick_accuracy(model, tokenizer, name) if objective in ("ar", "mdlm") else None  # others: zoo eval
             log.append({"step": done, "loss": round(ema, 4), "val_acc64": acc,
                         "seconds": round(time.time() - began, 1)})
             print(json.dumps(log[-1]), flush=True)
@@ -329,7 +357,8 @@ def train(name: str, run_dir: str | Path | None = None, out_dir: str | Path | No
                         "log": log}, checkpoint_path)
     model.eval()
     out_dir.mkdir(parents=True, exist_ok=True)
-    set_default_sampling(model, name)
+    if objective in ("ar", "mdlm", "block"):
+        set_default_sampling(model, name)
     model.save_pretrained(out_dir)
     (run_dir / "log.json").write_text(json.dumps(log, indent=1))
     print(f"saved {name} to {out_dir} ({time.time() - began:.0f} s this session)")

@@ -1,0 +1,114 @@
+"""DFlash drafter (Chen et al. 2026, "DFlash: block diffusion for flash speculative decoding"): one
+denoising step over the block, conditioned on the verifier's hidden states.
+
+The draft model is transformers' DFlash architecture (`MuseGlimmerAssistantModel`, driven in
+transformers 5.24 by `DFlashTokenCandidateGenerator`): a few decoder layers whose keys and values
+are the concatenation of (a) a projection of the verifier's hidden states at `target_layer_ids` for
+every committed token (`context_hidden_states`) and (b) the block being drafted. The block is
+[last committed token (the anchor), B mask tokens], embedded with the verifier's own input
+embeddings; its outputs 1..B go through the verifier's LM head. As in transformers, the context's
+keys and values are cached across rounds and the block's are dropped after each step, so no
+committed token is ever re-projected.
+
+The engine passes the hidden states through the drafter contract (`verifier_hidden_layers`, see
+`specdiff.drafters.base`): layer index i of `target_layer_ids` is `output_hidden_states[i + 1]`.
+
+Exactness (marginal mode): exact. One step: given the committed tokens, the B tokens are drawn
+independently, each from its q (the paper's K = 1 case). The paper drafts with DFlash greedily
+(temperature 0: q is a point mass on the argmax, and marginal verification is point-mass
+verification).
+"""
+from __future__ import annotations
+
+import torch
+
+from specdiff.drafters.base import Draft, Drafter
+from specdiff.lm.cache import keep_columns
+from specdiff.lm.masks import position_ids
+from specdiff.lm.sampling import check_finite, check_sampling, sampling_probs
+
+
+class DFlashDrafter(Drafter):
+    """model: a DFlash draft model (`MuseGlimmerAssistantModel`); target: the verifier's causal LM (or an
+    `sd.Verifier`), whose input embeddings and LM head the drafter shares."""
+
+    exact_marginal = True
+
+    def __init__(self, model, target, temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0,
+                 mask_token_id: int | None = None):
+        check_sampling(temperature, top_p, top_k, "DFlashDrafter")
+        target = getattr(target, "model", target) if not hasattr(target, "get_output_embeddings") else target
+        config = model.config
+        for name in ("target_layer_ids", "block_size"):
+            if getattr(config, name, None) is None:
+                raise ValueError(f"{type(model).__name__} is not a DFlash draft model: its config has no {name}")
+        if config.hidden_size != target.config.hidden_size:
+            raise ValueError(f"the DFlash model's hidden size ({config.hidden_size}) differs from its target's "
+                             f"({target.config.hidden_size}): it was trained for another verifier")
+        self.model, self.target = model, target
+        self.temperature, self.top_p, self.top_k = temperature, top_p, top_k
+        self.mask_token_id = int(config.mask_token_id if mask_token_id is None else mask_token_id)
+        if not 0 <= self.mask_token_id < target.get_input_embeddings().weight.shape[0]:
+            raise ValueError(f"mask_token_id {self.mask_token_id} is outside the verifier's embedding table")
+        self.verifier_hidden_layers = tuple(int(i) + 1 for i in config.target_layer_ids)
+        self.trained_block_size = int(config.block_size) - 1  # DFlash's block counts the anchor
+        self.cache = self.cache_mask = self.pending = self.pending_mask = None
+
+    @property
+    def model_vocab_size(self) -> int:
+        return int(self.target.config.get_text_config().vocab_size)
+
+    @property
+    def max_length(self) -> int | None:
+        return getattr(self.target.config, "max_position_embeddings", None)
+
+    def start(self, ids, key_mask, verifier_hidden=None) -> None:
+        """verifier_hidden [b, P-1, H * layers]: the verifier's states of all prompt tokens but the last."""
+        from transformers import DynamicCache
+
+        if verifier_hidden is None:
+            raise ValueError("DFlashDrafter needs the verifier's hidden states: run it through "
+                             "sd.SpeculativeGenerator, which passes them (drafter.verifier_hidden_layers)")
+        self.cache, self.cache_mask = DynamicCache(), key_mask[:, :0]
+        self.pending, self.pending_mask = verifier_hidden, key_mask[:, : verifier_hidden.shape[1]]
+
+    @torch.no_grad()
+    def propose(self, ids: torch.Tensor, key_mask: torch.Tensor, block_size: int,
+                generator: torch.Generator | None = None) -> Draft:
+        """ids [b, L] committed tokens, left-padded. Returns Draft(tokens [b, B], probs [b, B, V])."""
+        if self.cache is None:
+            raise ValueError("DFlashDrafter.propose before start: it needs the verifier's hidden states")
+        batch, device = ids.shape[0], ids.device
+        masks = torch.full((batch, block_size), self.mask_token_id, dtype=ids.dtype, device=device)
+        noise = self.target.get_input_embeddings()(torch.cat([ids[:, -1:], masks], dim=1))  # [b, B + 1, H]
+        block_mask = torch.ones(batch, block_size + 1, dtype=torch.bool, device=device)
+        full_mask = torch.cat([self.cache_mask, self.pending_mask, block_mask], dim=1)  # [b, C + T + B + 1]
+        new = self.pending.shape[1] + block_size + 1
+        attend = full_mask[:, None, None, :].expand(batch, 1, block_size + 1, full_mask.shape[1])
+        types = set(getattr(self.model.config, "layer_types", None) or ["full_attention"])
+        dtype = self.model.dtype
+        out = self.model(noise_embeds=noise.to(dtype), context_hidden_states=self.pending.to(dtype),
+                         position_ids=position_ids(full_mask)[:, -new:], attention_mask={t: attend for t in types},
+                         cache=self.cache)
+        self.cache.crop(-(block_size + 1))  # the block's keys and values: never kept
+        self.cache_mask = keep_columns(self.cache, full_mask[:, : -(block_size + 1)])
+        self.pending, self.pending_mask = self.pending[:, :0], self.pending_mask[:, :0]
+        head = self.target.get_output_embeddings()
+        logits = head(out.last_hidden_state[:, 1:].to(head.weight.dtype))  # [b, B, V]
+        check_finite(logits, "drafter")
+        probs = sampling_probs(self.trim(logits), self.temperature, self.top_p, self.top_k)  # [b, B, V]
+        tokens = torch.multinomial(probs.view(-1, probs.shape[-1]), 1, generator=generator).view(batch, block_size)
+        return Draft(tokens=tokens, probs=probs)
+
+    def commit(self, num_accepted: torch.Tensor, verifier_hidden: torch.Tensor | None = None) -> None:
+        """verifier_hidden [b, B + 1, H * layers]: row r's first num_accepted[r] + 1 are committed."""
+        if verifier_hidden is None:
+            raise ValueError("DFlashDrafter.commit needs the verifier's hidden states of the round")
+        self.pending = verifier_hidden
+        columns = torch.arange(verifier_hidden.shape[1], device=verifier_hidden.device)[None, :]
+        self.pending_mask = columns <= num_accepted[:, None]
+
+    def select(self, rows: torch.Tensor) -> None:
+        self.cache.batch_select_indices(rows)
+        self.cache_mask = keep_columns(self.cache, self.cache_mask[rows])
+        self.pending, self.pending_mask = self.pending[rows], self.pending_mask[rows]

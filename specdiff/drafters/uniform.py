@@ -1,0 +1,160 @@
+"""Uniform diffusion drafter: DiffusionGemma (DiffusionGemma Team 2026; uniform noise as in Austin et
+al. 2021 and Sahoo et al. 2025's Duo), as the first paper drafts with it.
+
+The model is `DiffusionGemmaForBlockDiffusion` (transformers >= 5.24): a causal encoder writes the
+committed tokens into a KV cache, and a decoder denoises a canvas of B tokens that attends to that
+cache and, bidirectionally, to itself, fed its previous step's logits (self-conditioning). The
+drafter keeps the encoder cache across rounds: each round encodes only the committed tokens it has
+not seen (the accepted ones and the correction or bonus token); drafted tokens are never cached.
+
+Drafting (the paper's Appendix F): the canvas starts as uniform random tokens and is denoised in a
+fixed K steps, replacing DiffusionGemma's entropy-bound sampler and adaptive stopping. At step
+k = 1..K the decoder's logits are scaled by a temperature annealed linearly from 0.8 to 0.4
+(`temperature=(t_first, t_last)`; K = 1 uses t_last, 0.4), filtered by top-p, and every position
+is sampled. Before the last step, as DiffusionGemma's sampler does, the round(B k / K) positions the
+order ranks first ("entropy": lowest entropy first; or "random") keep their sample and the others
+are renoised uniformly. At step K every position keeps its sample: the final-step transition
+probabilities are q (Section 3.2, Proposition 2).
+
+Exactness (marginal mode): exact at every K. Given the canvas and self-conditioning logits that
+enter the last step, the B tokens are drawn independently, token i from q_i; so conditionally on
+that state (auxiliary randomness the verifier never sees), each y_i is drawn from q_i given the
+drafted tokens to its left, which is all per-position rejection sampling needs (the same argument
+as Proposition 2, position by position). Unlike masked diffusion, no token's q is recorded at an
+earlier step than the tokens that depended on it. tests/engine/test_drafters_exactness.py checks
+this by enumeration at K = 1, 2, 3.
+
+Loading a real checkpoint where you have one:
+    dg = DiffusionGemmaForBlockDiffusion.from_pretrained("google/diffusiongemma-26B-A4B-it")
+    drafter = sd.UniformDiffusionDrafter(dg, steps=4)   # the verifier: Gemma-4-31B
+"""
+from __future__ import annotations
+
+import torch
+
+from specdiff.drafters.base import Draft, Drafter
+from specdiff.lm.cache import keep_columns
+from specdiff.lm.masks import position_ids
+from specdiff.lm.sampling import check_finite, check_sampling, sampling_probs
+
+UNIFORM_ORDERS = ("entropy", "random")
+
+
+class UniformDiffusionDrafter(Drafter):
+    """Drafts B tokens per round by uniform diffusion in a fixed K steps (see module docstring).
+
+    model: `DiffusionGemmaForBlockDiffusion` (or a class with its encoder / decoder interface)."""
+
+    exact_marginal = True  # the last step samples every position independently (module docstring)
+
+    def __init__(self, model, steps: int = 1, temperature: tuple[float, float] | float = (0.8, 0.4),
+                 top_p: float = 0.95, top_k: int = 0, order: str = "entropy", self_conditioning: bool = True):
+        if isinstance(steps, bool) or int(steps) != steps or steps < 1:
+            raise ValueError(f"steps (K) must be an integer >= 1, got {steps}")
+        if order not in UNIFORM_ORDERS:
+            raise ValueError(f"unknown order {order!r} for a uniform drafter; choose from {UNIFORM_ORDERS}")
+        first, last = (temperature, temperature) if isinstance(temperature, (int, float)) else temperature
+        for value in (first, last):
+            check_sampling(value, top_p, top_k, "UniformDiffusionDrafter")
+        if not hasattr(getattr(model, "model", None), "encoder"):
+            raise ValueError(f"{type(model).__name__} is not a DiffusionGemma-style model (no model.encoder / "
+                             "model.decoder): a uniform drafter needs DiffusionGemmaForBlockDiffusion")
+        self.model, self.steps, self.order, self.self_conditioning = model, int(steps), order, self_conditioning
+        self.temperatures = (float(first), float(last))
+        self.top_p, self.top_k = top_p, top_k
+        self.cache, self.cache_mask = None, None
+
+    def step_temperatures(self) -> list[float]:
+        """Temperature of each of the K steps: linear from t_first to t_last; t_last alone at K = 1."""
+        first, last = self.temperatures
+        if self.steps == 1:
+            return [last]
+        return [first + (last - first) * k / (self.steps - 1) for k in range(self.steps)]
+
+    def start(self, ids, key_mask, verifier_hidden=None) -> None:
+        from transformers import DynamicCache
+
+        self.cache = DynamicCache()  # one full layer per model layer: sliding windows are applied by the masks
+        self.cache_mask = key_mask[:, :0]  # [b, C]: which cache columns hold real tokens
+
+    @torch.no_grad()
+    def propose(self, ids: torch.Tensor, key_mask: torch.Tensor, block_size: int,
+                generator: torch.Generator | None = None) -> Draft:
+        """ids [b, L] committed tokens, left-padded; key_mask [b, L]. Returns Draft(tokens [b, B], probs [b, B, V])."""
+        if self.cache is None:
+            self.start(ids, key_mask)
+        self._encode_pending(ids, key_mask)
+        batch, device = ids.shape[0], ids.device
+        full_mask = torch.cat([self.cache_mask, torch.ones(batch, block_size, dtype=torch.bool, device=device)], 1)
+        positions = position_ids(full_mask)[:, -block_size:]  # [b, B]
+        attend = full_mask[:, None, None, :].expand(batch, 1, block_size, full_mask.shape[1])  # [b, 1, B, C + B]
+        masks = {kind: attend for kind in set(self._text_config.layer_types)}
+        noise_vocab = self.model_vocab_size
+        canvas = torch.randint(0, noise_vocab, (batch, block_size), generator=generator, device=device)
+        conditioning, temperatures = None, self.step_temperatures()
+        for k, temperature in enumerate(temperatures, start=1):
+            logits = self.model(cache=self.cache, decoder_input_ids=canvas, decoder_attention_mask=masks,
+                                decoder_position_ids=positions, self_conditioning_logits=conditioning).logits
+            check_finite(logits, "drafter")
+            probs = sampling_probs(self.trim(logits), temperature, self.top_p, self.top_k)  # [b, B, V]
+            sampled = torch.multinomial(probs.view(-1, probs.shape[-1]), 1, generator=generator).view(batch, -1)
+            if k == len(temperatures):
+                return Draft(tokens=sampled, probs=probs)
+            keep = _kept_positions(self.order, probs, round(block_size * k / self.steps), generator)  # [b, B]
+            noise = torch.randint(0, noise_vocab, (batch, block_size), generator=generator, device=device)
+            canvas = torch.where(keep, sampled, noise)
+            if self.self_conditioning:
+                conditioning = (logits.float() / max(temperature, 1e-6)).to(logits.dtype)
+        raise AssertionError("unreachable")
+
+    def _encode_pending(self, ids: torch.Tensor, key_mask: torch.Tensor) -> None:
+        """Feeds the committed tokens not cached yet to the causal encoder, which appends them to the cache."""
+        pending = key_mask.sum(-1) - self.cache_mask.sum(-1)  # [b] >= 1: the newest token is never cached
+        width = int(pending.max())
+        columns = torch.arange(width, device=ids.device)[None, :]
+        chunk_mask = columns >= (width - pending)[:, None]  # [b, width]
+        full_mask = torch.cat([self.cache_mask, chunk_mask], dim=1)  # [b, C + width]
+        positions = position_ids(full_mask)
+        masks = {kind: causal_chunk_mask(full_mask, positions, width, self._window(kind))
+                 for kind in set(self._text_config.layer_types)}
+        self.model.model.encoder(input_ids=ids[:, -width:], attention_mask=masks, position_ids=positions[:, -width:],
+                                 cache=self.cache)
+        self.cache_mask = keep_columns(self.cache, full_mask)
+
+    def commit(self, num_accepted: torch.Tensor, verifier_hidden=None) -> None:
+        """Nothing drafted was cached: the next `propose` encodes the accepted and correction tokens."""
+
+    def select(self, rows: torch.Tensor) -> None:
+        self.cache.batch_select_indices(rows)
+        self.cache_mask = keep_columns(self.cache, self.cache_mask[rows])
+
+    @property
+    def _text_config(self):
+        return self.model.config.get_text_config()
+
+    def _window(self, kind: str) -> int | None:
+        return getattr(self._text_config, "sliding_window", None) if kind == "sliding_attention" else None
+
+
+def causal_chunk_mask(full_mask: torch.Tensor, positions: torch.Tensor, width: int,
+                      window: int | None = None) -> torch.Tensor:
+    """[b, 1, width, L]: the last `width` columns of full_mask [b, L] as causal queries over every real key at
+    or before them (within `window` positions, if given); each query also sees itself (no empty rows)."""
+    length = full_mask.shape[1]
+    query = torch.arange(length - width, length, device=full_mask.device)[:, None]  # [W, 1]
+    key = torch.arange(length, device=full_mask.device)[None, :]  # [1, L]
+    allowed = (key <= query)[None] & full_mask[:, None, :]  # [b, W, L]
+    if window is not None:
+        distance = positions[:, -width:, None] - positions[:, None, :]  # [b, W, L]
+        allowed &= distance < window
+    return (allowed | (key == query)[None])[:, None]
+
+
+def _kept_positions(order: str, probs: torch.Tensor, count: int, generator) -> torch.Tensor:
+    """[b, B] bool: the `count` positions of each row that keep their sample (lowest entropy first, or random)."""
+    if order == "random":
+        score = torch.rand(probs.shape[:2], generator=generator, device=probs.device)
+    else:
+        score = (probs * torch.log(probs.clamp_min(1e-12))).sum(-1)  # -entropy
+    chosen = score.topk(count, dim=-1).indices
+    return torch.zeros(probs.shape[:2], dtype=torch.bool, device=probs.device).scatter_(1, chosen, True)
