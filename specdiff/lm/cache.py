@@ -27,10 +27,12 @@ def _cache_keyword(model_class) -> str:
 
 
 def new_cache(model):
-    """An empty DynamicCache for `model`."""
+    """An empty DynamicCache for `model`, with full-length layers even where the model has
+    sliding-window attention (Gemma 2/3): the window is applied by the attention masks, and every
+    layer keeps one column per committed token, which is what per-row rollback and compaction need."""
     from transformers import DynamicCache
 
-    return DynamicCache(config=model.config)
+    return DynamicCache()
 
 
 def compaction_index(keep: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

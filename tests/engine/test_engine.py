@@ -21,10 +21,27 @@ def test_compaction_index_right_aligns_kept_columns():
     assert index[0, 2:].tolist() == [0, 2, 3] and index[1, 4].item() == 2 and index[2].tolist() == [0, 1, 2, 3, 4]
 
 
-def test_verifier_rounds_equal_full_forwards():
+def _verifier_model(kind: str):
+    import transformers
+
+    if kind == "qwen3":
+        return tiny_qwen3(vocab=11, seed=3, layers=2)
+    small = dict(vocab_size=11, hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2,
+                 num_key_value_heads=1, head_dim=8, max_position_embeddings=64, pad_token_id=0)
+    torch.manual_seed(3)
+    if kind == "llama":
+        return transformers.LlamaForCausalLM(transformers.LlamaConfig(**small)).eval()
+    if kind == "gemma2":  # sliding-window layers, window shorter than the sequences
+        return transformers.Gemma2ForCausalLM(transformers.Gemma2Config(**small, sliding_window=4)).eval()
+    return transformers.Gemma3ForCausalLM(transformers.Gemma3TextConfig(**small, sliding_window=4)).eval()
+
+
+@pytest.mark.parametrize("kind", ["qwen3", "llama", "gemma2", "gemma3"])
+def test_verifier_rounds_equal_full_forwards(kind):
     """Prompts of different lengths, rounds with different acceptance per row, a row leaving the batch:
-    every round's p equals an uncached forward of each row alone over its committed tokens + chunk."""
-    model = tiny_qwen3(vocab=11, seed=3, layers=2)
+    every round's p equals an uncached forward of each row alone over its committed tokens + chunk
+    (sliding-window architectures included)."""
+    model = _verifier_model(kind)
     verifier = sd.Verifier(model, temperature=1.0)
     committed = [[1, 2, 3, 4, 5, 6], [7, 8], [9, 10, 1, 2]]
     verifier.start(*left_pad(committed, 0))

@@ -78,9 +78,7 @@ KINDS = {"masked (Dream stand-in)": "masked", "masked (LLaDA stand-in)": "masked
 
 @pytest.mark.parametrize("verifier_kind", VERIFIERS)
 def test_one_round_with_each_drafter_against_each_verifier(tmp_path, drafter_dirs, verifier_kind):
-    # sd.Verifier fails on left-padded batches with Gemma2/Gemma3's sliding-window cache layers (an engine
-    # issue, reported): one row for them
-    prompts = [[1, 5, 6]] if verifier_kind in ("gemma2", "gemma3") else [[1, 5, 6], [1, 7]]
+    prompts = [[1, 5, 6], [1, 7]]  # left padding in every architecture, sliding-window ones included
     verifier_model = _causal(verifier_kind, seed=7)
     verifier = models.load(_save(verifier_model, tmp_path / verifier_kind), role="verifier")
     assert isinstance(verifier, sd.Verifier)
