@@ -21,6 +21,7 @@ Resuming is the caller's store's business: `pending(units, done)` drops the fini
 from __future__ import annotations
 
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Callable, Iterable
@@ -127,11 +128,15 @@ def exit_with_parent(parent_pid: int, poll_seconds: float = 1.0) -> None:
     threading.Thread(target=watch, daemon=True, name="exit-with-parent").start()
 
 
-def _package_root() -> str:
-    """The folder that holds the imported `specdiff` package (local Ray workers import it from there)."""
+def _import_path() -> str:
+    """PYTHONPATH for local Ray workers: the folder of the imported `specdiff` package, then this
+    process's sys.path, so that workers import the same specdiff (not another installed copy) and the
+    same modules the unit function comes from."""
     import specdiff
 
-    return str(Path(specdiff.__file__).resolve().parent.parent)
+    folders = [str(Path(specdiff.__file__).resolve().parent.parent)]
+    folders += [str(Path(p or os.getcwd()).resolve()) for p in sys.path if Path(p or os.getcwd()).is_dir()]
+    return os.pathsep.join(dict.fromkeys(folders))
 
 
 def connect_ray(workers: int, address: str | None):
@@ -147,9 +152,8 @@ def connect_ray(workers: int, address: str | None):
     if address:
         ray.init(address=address, log_to_driver=False)
     else:
-        path = os.pathsep.join([_package_root(), *filter(None, [os.environ.get("PYTHONPATH")])])
         ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False,
-                 runtime_env={"env_vars": {"PYTHONPATH": path}})
+                 runtime_env={"env_vars": {"PYTHONPATH": _import_path()}})
     return ray, True
 
 
