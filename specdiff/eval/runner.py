@@ -132,9 +132,7 @@ def _import_path() -> str:
     """PYTHONPATH for local Ray workers: the folder of the imported `specdiff` package, then this
     process's sys.path, so that workers import the same specdiff (not another installed copy) and the
     same modules the unit function comes from."""
-    import specdiff
-
-    folders = [str(Path(specdiff.__file__).resolve().parent.parent)]
+    folders = [str(Path(__file__).resolve().parents[2])]  # specdiff/eval/runner.py -> the folder above specdiff
     folders += [str(Path(p or os.getcwd()).resolve()) for p in sys.path if Path(p or os.getcwd()).is_dir()]
     return os.pathsep.join(dict.fromkeys(folders))
 

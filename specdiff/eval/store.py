@@ -1,4 +1,6 @@
 """Results of long sweeps in SQLite: killed runs keep what they wrote, reruns resume, no duplicates.
+(This is the continuous bench's store of units; a language sweep's rows live in `sweepstore`, which
+shares `open_checked`.)
 
 One table, one row per (sweep, key): `sweep` names a sweep and its settings (change a setting and
 it is a new sweep), `key` names one unit of work in it, and `payload` is the unit's result as JSON.
