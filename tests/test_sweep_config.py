@@ -110,3 +110,18 @@ def test_a_store_of_another_schema_version_or_kind_is_refused(tmp_path):
         SweepStore(junk, _settings(tmp_path))
     with pytest.raises(StoreError, match="does not exist"):
         SweepStore(tmp_path / "missing.sqlite")
+
+
+def test_the_documented_example_is_valid_and_every_key_is_documented():
+    from pathlib import Path
+
+    from specdiff.commands.sweep import SCHEMA
+
+    root = Path(__file__).resolve().parent.parent
+    settings, configs, _ = load_config(root / "docs" / "results" / "sweep_example.toml")
+    assert len(configs) == 12 and settings["task"]["options"] == {"split": "test"}
+    doc = (root / "docs" / "frontier.md").read_text()
+    for section, fields in SCHEMA.items():
+        assert f"`[{section}]`" in doc
+        for key in fields or {}:
+            assert f"| `{key}` |" in doc, key
