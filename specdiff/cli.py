@@ -15,6 +15,9 @@ SUBCOMMAND_MODULES = [
     "specdiff.commands.demo",
     "specdiff.commands.generate",
     "specdiff.commands.bench",
+    "specdiff.commands.sweep",
+    "specdiff.commands.frontier",
+    "specdiff.commands.report",
     "specdiff.zoo.cli",
     "specdiff.continuous.cli",
 ]

@@ -13,10 +13,10 @@ For each churn epsilon and number of steps K, and for R, D, B (Table 1, Free dra
   cores the FD batches of K = 50 and 100 (~4.5 min of the cores' time) do not fit the 20-minute
   budget together with the timing; `fd_steps` asks for any K.
 
-The grid is cut into units of work: timing per (K, share of the samples), FD per (churn, K). Units
-run in parallel worker processes (one torch thread each), or as Ray tasks (`executor="ray"`), and each is written to SQLite
-when it finishes (specdiff.eval.store): a killed bench keeps its finished units and a rerun does only
-the rest.
+The grid is cut into units of work: timing per (K, share of the samples), FD per (churn, K). The
+package's sweep runner (specdiff.eval.runner) runs them in parallel worker processes (one torch thread
+each), or on Ray actors (`executor="ray"`), and each is written to SQLite when it finishes
+(specdiff.eval.store): a killed bench keeps its finished units and a rerun does only the rest.
 
 model_call: how the timed samples call the UNet. "eager" is the stock diffusers forward (what the
 diffusers adapter and most users run); "traced" is a TorchScript trace of it (same weights and
@@ -26,14 +26,18 @@ batches, where the per-call cost does not matter and the samples are the same.
 from __future__ import annotations
 
 import json
-import math
-import os
 import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+
+from specdiff.eval.runner import cpu_cores, execute, exit_with_parent, pending
+from specdiff.eval.statistics import run_to_run_spread
+
+__all__ = ["run_bench", "grid_units", "Unit", "markdown_table", "plot_speedup", "write_json", "run_to_run_spread",
+           "target_checks", "exit_with_parent", "METHODS", "ALL_METHODS", "DEFAULT_DB"]
 
 METHODS = {  # Table 1
     "R": ("sample", "reflection"),
@@ -157,65 +161,12 @@ def grid_units(steps, churns, fd_steps, fd_samples: int, num_timing: int = 50, t
 
 
 def _execute(units: list[Unit], settings: dict, workers: int, on_done, progress: bool, executor: str = "process") -> None:
-    """Runs the units and calls on_done(unit, result) in this process as each finishes (so that only
-    this process writes the store). executor: "process" (a local pool of `workers` processes; inline
-    when workers is 1) or "ray" (Ray tasks of one CPU each, on a local or an existing cluster)."""
-    from tqdm import tqdm
-
-    bar = tqdm(total=len(units), desc="bench units", disable=not progress)
-    if executor == "ray":
-        _execute_ray(units, settings, workers, on_done, bar)
-    elif workers <= 1:
-        for unit in units:
-            on_done(unit, run_unit(unit, settings))
-            bar.update()
-    else:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor, as_completed
-
-        context = multiprocessing.get_context("spawn")  # a clean interpreter: no inherited torch threads
-        with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=exit_with_parent,
-                                 initargs=(os.getpid(),)) as pool:
-            futures = {pool.submit(run_unit, unit, settings): unit for unit in units}
-            for future in as_completed(futures):
-                on_done(futures[future], future.result())
-                bar.update()
-    bar.close()
-
-
-def exit_with_parent(parent_pid: int, poll_seconds: float = 1.0) -> None:
-    """Worker initializer: a daemon thread ends this worker once its parent is gone. A killed bench must
-    not leave workers finishing their units for minutes (the finished units are in SQLite already;
-    a rerun redoes only the unfinished ones)."""
-    import threading
-
-    def watch():
-        while os.getppid() == parent_pid:
-            time.sleep(poll_seconds)
-        os._exit(1)
-
-    threading.Thread(target=watch, daemon=True, name="exit-with-parent").start()
-
-
-def _execute_ray(units: list[Unit], settings: dict, workers: int, on_done, bar) -> None:
-    try:
-        import ray
-    except ImportError:
-        raise ValueError("bench: executor 'ray' needs Ray; pip install 'specdiff[sweep]'") from None
-    started_here = not ray.is_initialized()
-    if started_here:  # a local cluster of `workers` CPUs; RAY_ADDRESS in the environment joins an existing one
-        ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
-    try:
-        remote = ray.remote(num_cpus=settings["threads"])(run_unit)
-        pending = {remote.remote(unit, settings): unit for unit in units}
-        while pending:
-            finished, _ = ray.wait(list(pending), num_returns=1)
-            for ref in finished:
-                on_done(pending.pop(ref), ray.get(ref))
-                bar.update()
-    finally:
-        if started_here:
-            ray.shutdown()
+    """Runs the units with the sweep runner (specdiff.eval.runner) and calls on_done(unit, result) in
+    this process as each finishes (so that only this process writes the store). executor: "process"
+    (a local pool of `workers` processes; inline when workers is 1) or "ray" (one actor of `threads`
+    CPUs per worker, on a local or an existing cluster)."""
+    execute(units, run_unit, settings, on_done, workers=workers, executor=executor, progress=progress,
+            unit_desc="bench units", cpus_per_worker=settings["threads"])
 
 
 def merge_timing(results: dict, units: list[Unit], churn: float) -> dict | None:
@@ -258,23 +209,6 @@ def assemble_rows(results: dict, steps, churns, units: list[Unit]) -> list[dict]
                         row["fd_spread"] = run_to_run_spread(quality[name]["fd_runs"])
                 rows.append(row)
     return rows
-
-
-def run_to_run_spread(values: list[float], level: float = 0.95) -> list[float]:
-    """DDPM's run-to-run spread of the Frechet distance: the `level` prediction interval for ONE more
-    DDPM run from its m seeds, mean +- t_{(1+level)/2, m-1} sd sqrt(1 + 1/m) (Student t).
-
-    A method "within DDPM's spread" is then one whose FD a fresh DDPM run would reach with
-    probability `level`. Narrower rules reject DDPM itself far more often: the bare range of 3 runs
-    holds a 4th run only half of the time, and mean +- 2 sd of 3 runs about 77% of the time."""
-    if len(values) < 2:
-        return [values[0], values[0]]
-    from scipy import stats
-
-    m = len(values)
-    mean, sd = statistics.fmean(values), statistics.stdev(values)
-    half_width = float(stats.t.ppf((1 + level) / 2, m - 1)) * sd * math.sqrt(1 + 1 / m)
-    return [mean - half_width, mean + half_width]
 
 
 def target_checks(rows: list[dict], steps: int = 250) -> dict:
@@ -333,10 +267,8 @@ def run_bench(
     if fresh:
         store.forget(sweep)
     units = grid_units(steps, churns, fd_steps, fd_samples, num_timing, timing_parts)
-    done = store.done(sweep)
-    todo = [u for u in units if u.key not in done]
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    workers = workers or min(cores, max(1, len(todo)))
+    todo = pending(units, store.done(sweep))
+    workers = workers or min(cpu_cores(), max(1, len(todo)))
 
     def on_done(unit, result):
         store.put(sweep, unit.key, result)

@@ -1,4 +1,6 @@
 """Results of long sweeps in SQLite: killed runs keep what they wrote, reruns resume, no duplicates.
+(This is the continuous bench's store of units; a language sweep's rows live in `sweepstore`, which
+shares `open_checked`.)
 
 One table, one row per (sweep, key): `sweep` names a sweep and its settings (change a setting and
 it is a new sweep), `key` names one unit of work in it, and `payload` is the unit's result as JSON.
@@ -41,11 +43,36 @@ def settings_id(settings: dict) -> str:
 class StoreError(ValueError):
     """The results file cannot be used: not SQLite, damaged, or another schema."""
 
-    def __init__(self, path: Path, problem: str):
+    def __init__(self, path: Path, problem: str, flag: str = "--db"):
         super().__init__(
             f"results store {path}: {problem}. Nothing was run. To start fresh, move it aside or delete it "
-            f"(e.g. `mv {path} {path}.bad`; every unit is then computed again), or give another file with --db"
+            f"(e.g. `mv {path} {path}.bad`; every unit is then computed again), or give another file with {flag}"
         )
+
+
+def open_checked(path: Path, flag: str = "--db") -> tuple[sqlite3.Connection, bool]:
+    """A connection to `path` after the checks every store shares: not a folder, SQLite's magic
+    header, `PRAGMA quick_check`. Returns (connection, whether the file held data); StoreError
+    (naming `flag` as the way out) otherwise. The caller checks its own schema."""
+    if path.is_dir():
+        raise StoreError(path, "is a folder, not a file", flag)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    existing = path.exists() and path.stat().st_size > 0
+    if existing:
+        with open(path, "rb") as handle:
+            if handle.read(len(SQLITE_MAGIC)) != SQLITE_MAGIC:
+                raise StoreError(path, "is not a SQLite file", flag)
+    connection = sqlite3.connect(str(path), timeout=30)
+    if existing:
+        try:
+            problems = [row[0] for row in connection.execute("PRAGMA quick_check")]
+        except sqlite3.DatabaseError as error:
+            connection.close()
+            raise StoreError(path, f"is damaged ({error})", flag) from None
+        if problems != ["ok"]:
+            connection.close()
+            raise StoreError(path, f"is damaged (PRAGMA quick_check: {'; '.join(problems[:3])})", flag)
+    return connection, existing
 
 
 class ResultStore:
@@ -54,15 +81,7 @@ class ResultStore:
 
     def __init__(self, path: Path | str):
         self.path = Path(path)
-        if self.path.is_dir():
-            raise StoreError(self.path, "is a folder, not a file")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        existing = self.path.exists() and self.path.stat().st_size > 0
-        if existing:
-            with open(self.path, "rb") as handle:
-                if handle.read(len(SQLITE_MAGIC)) != SQLITE_MAGIC:
-                    raise StoreError(self.path, "is not a SQLite file")
-        self.connection = sqlite3.connect(str(self.path), timeout=30)
+        self.connection, existing = open_checked(self.path)
         try:
             self._check_and_create(existing)
         except sqlite3.DatabaseError as error:
@@ -75,9 +94,6 @@ class ResultStore:
     def _check_and_create(self, existing: bool) -> None:
         """quick_check and the schema of an existing file; then WAL mode and the table."""
         if existing:
-            problems = [row[0] for row in self.connection.execute("PRAGMA quick_check")]
-            if problems != ["ok"]:
-                raise StoreError(self.path, f"is damaged (PRAGMA quick_check: {'; '.join(problems[:3])})")
             version = self.connection.execute("PRAGMA user_version").fetchone()[0]
             tables = {name for (name,) in self.connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
             columns = tuple(row[1] for row in self.connection.execute("PRAGMA table_info(results)"))

@@ -1,0 +1,35 @@
+"""`specdiff report STORE`: one self-contained HTML page of a sweep (settings, frontiers and their
+hypervolumes, calibration, one row per configuration, accepted-length histograms); see
+specdiff.eval.report.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from specdiff.argtypes import output_file, positive_float
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("report", help="a self-contained HTML report of a sweep store",
+                              description="Writes one HTML page (figures embedded, no network references).")
+    p.add_argument("store", metavar="STORE", help="a store written by `specdiff sweep`")
+    p.add_argument("--out", type=output_file(".html", ".htm"), default=None,
+                   help="the page (default: STORE with suffix .report.html)")
+    p.add_argument("--latency-ref", type=positive_float, default=None,
+                   help="latency of the hypervolume reference point, s (default 1.1 x the slowest configuration)")
+    p.add_argument("--json", action="store_true", help="print where the page went as JSON")
+    p.set_defaults(handler=run)
+
+
+def run(args) -> int:
+    from specdiff.eval.report import build_report
+
+    path = Path(args.out) if args.out else Path(args.store).with_suffix(".report.html")
+    page = build_report(args.store, args.latency_ref)
+    path.write_text(page)
+    if args.json:
+        print(json.dumps({"report": str(path), "bytes": len(page.encode())}))
+    else:
+        print(f"report: {path}")
+    return 0

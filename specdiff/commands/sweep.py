@@ -1,0 +1,301 @@
+"""`specdiff sweep CONFIG.toml --store PATH`: every combination of the config's [grid] lists is one
+generation configuration (diffusion effort K or tau, leniency rule and its lam / eps / delta, method,
+proposal, block size), run on the task's problems one at a time (batch 1: latency is per problem).
+
+Each (configuration, problem) is one unit of the package's sweep runner (specdiff.eval.runner) and one
+row of the SQLite store (specdiff.eval.sweepstore) once it finishes: a rerun skips finished rows, a
+killed sweep loses only the problems in flight. Every problem has its own seed (the sweep's seed and
+the problem's index), the same in every configuration and on every backend, so that configurations
+are compared on the same draws and a Ray run writes the same texts as a local one.
+
+The config is checked in full before anything runs (specdiff.eval.sweepconfig): an unknown section,
+key, model, task or rule, or a grid value out of range, is an error naming its line. docs/frontier.md
+describes the keys.
+"""
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from specdiff.engine.runs import RULES
+from specdiff.eval.sweepconfig import ConfigText, Field, check_config, expand_grid
+
+LENIENCY_KEYS = {"linear": "lam", "tv": "eps", "cactus": "delta"}  # rule -> its leniency axis
+METHODS = ("token", "block")
+PROPOSALS = ("marginal", "point_mass")
+
+SCHEMA = {
+    "models": {
+        "drafter": Field("str", "a zoo name or a local checkpoint directory", required=True),
+        "verifier": Field("str", "a zoo name or a local checkpoint directory", required=True),
+    },
+    "task": {
+        "name": Field("str", "arith, gsm8k, humaneval or gpqa", required=True),
+        "problems": Field("int", "how many problems, the first of the task", required=True, low=1),
+        "max_new_tokens": Field("int", "generation limit per problem", default=96, low=1, high=100_000),
+        "boxed": Field("bool", "ask for the answer in \\boxed{}", default=False),
+    },
+    "task.options": None,  # the task's own load() options (split, path, seed...), checked against its signature
+    "run": {
+        "seed": Field("int", "seed of every problem's draws", default=0, low=0),
+        "threads": Field("int", "torch threads per worker", default=1, low=1, high=256),
+    },
+    "grid": {
+        "steps": Field("int", "diffusion effort: K denoising steps per round", many=True, low=1, high=4096),
+        "threshold": Field("float", "diffusion effort: confidence threshold tau", many=True, low=0, low_open=True,
+                           high=1),
+        "rule": Field("str", "leniency rule", many=True, choices=RULES, default=["lossless"]),
+        "lam": Field("float", "Linear leniency lambda", many=True, low=0, high=1),
+        "eps": Field("float", "TV budget epsilon", many=True, low=0, high=1),
+        "delta": Field("float", "Cactus KL budget delta", many=True, low=0),
+        "method": Field("str", "verification", many=True, choices=METHODS, default=["token"]),
+        "proposal": Field("str", "proposal mode", many=True, choices=PROPOSALS, default=["marginal"]),
+        "block_size": Field("int", "draft length B", many=True, low=1, high=4096, default=[8]),
+    },
+}
+TIMING_COLUMNS = ("wall_s", "draft_s", "verify_s", "written")
+
+
+@dataclass(frozen=True)
+class ProblemUnit:
+    """One (configuration, problem): the runner's unit; the configuration is its group."""
+
+    config_id: str
+    problem_index: int
+    problem_id: str
+    params: tuple  # the RunConfig keyword arguments, as sorted (key, value) pairs (hashable)
+
+    @property
+    def key(self) -> str:
+        return f"{self.config_id}/{self.problem_id}"
+
+    @property
+    def group(self) -> str:
+        return self.config_id
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "sweep", help="run a grid of (effort, leniency, ...) configurations into a resumable SQLite store",
+        description="Runs every combination of CONFIG.toml's [grid] on the task's problems; one row per "
+                    "(configuration, problem) in the store. A rerun skips finished rows. See docs/frontier.md.")
+    p.add_argument("config", metavar="CONFIG.toml", help="the sweep's configuration")
+    p.add_argument("--store", required=True, metavar="PATH", help="SQLite file of the results (created if missing)")
+    p.add_argument("--backend", choices=("process", "ray"), default="process",
+                   help="local processes, or Ray actors (pip install 'specdiff[sweep]')")
+    p.add_argument("--workers", type=int, default=1, help="parallel workers (default 1: timings without contention)")
+    p.add_argument("--ray-address", default=None,
+                   help="a running Ray cluster (ray.init(address=...)); default RAY_ADDRESS, else a local one")
+    p.add_argument("--check", action="store_true", help="check the config and print the configurations; run nothing")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON (and no progress bars)")
+    p.set_defaults(handler=run)
+
+
+def load_config(path: str | Path, text: str | None = None) -> tuple[dict, list[dict], str]:
+    """(settings, configurations, source text) of a sweep config; ConfigError naming the line otherwise."""
+    config = ConfigText(path, text)
+    checked = check_config(config, SCHEMA, required_sections=("models", "task", "grid"))
+    models, task = checked["models"], checked["task"]
+    for role in ("drafter", "verifier"):
+        _check_model(config, role, models[role])
+    _check_task(config, task, checked["task.options"])
+    grid = {key: value for key, value in checked["grid"].items() if value is not None}
+    if _drafter_kind(models["drafter"]) == "autoregressive" and (len(grid.get("steps", [1])) > 1 or "threshold" in grid):
+        raise config.error("grid", "steps" if "steps" in grid else "threshold",
+                           f"the drafter {models['drafter']!r} is autoregressive: diffusion effort (steps, threshold) "
+                           "does not apply to it")
+    settings = {"models": models, "task": dict(task, options=checked["task.options"]), "run": checked["run"],
+                "grid": grid}
+    return settings, configurations(config, models, grid), config.text
+
+
+def _check_model(config: ConfigText, role: str, name: str) -> None:
+    from specdiff import zoo
+
+    if name not in zoo.MODEL_NAMES and not (Path(name) / "config.json").is_file():
+        raise config.error("models", role, f"[models] {role}: unknown model {name!r}: not a zoo name "
+                                           f"({', '.join(zoo.MODEL_NAMES)}) nor a local directory with a config.json")
+
+
+def _drafter_kind(name: str) -> str:
+    from specdiff import zoo
+    from specdiff.models import drafter_kind
+
+    path = zoo.model_dir(name) if name in zoo.MODEL_NAMES else Path(name)
+    return drafter_kind(json.loads((path / "config.json").read_text()))
+
+
+def _check_task(config: ConfigText, task: dict, options: dict) -> None:
+    from specdiff.eval.tasks import TASKS
+
+    if task["name"] not in TASKS:
+        raise config.error("task", "name", f"[task] name: unknown task {task['name']!r}; known tasks: "
+                                           f"{', '.join(sorted(TASKS))}")
+    accepted = [p for p in inspect.signature(TASKS[task["name"]].load).parameters if p != "n"]
+    for key in options:
+        if key not in accepted:
+            raise config.error("task.options", key, f"[task.options] {key}: the task {task['name']!r} takes no "
+                                                     f"option {key!r}; it takes {', '.join(accepted) or 'none'}")
+
+
+def configurations(config: ConfigText, models: dict, grid: dict) -> list[dict]:
+    """Every grid point as {config_id, name, effort, params}: each rule with its own leniency list,
+    times the efforts (each K, then each tau), methods, proposals and block sizes."""
+    from specdiff.eval.store import settings_id
+
+    for rule, key in LENIENCY_KEYS.items():
+        if key in grid and rule not in grid["rule"]:
+            raise config.error("grid", key, f"[grid] {key} is the leniency of rule {rule!r}, which [grid] rule "
+                                            f"does not list ({grid['rule']})")
+        if rule in grid["rule"] and key not in grid:
+            raise config.error("grid", "rule", f"[grid] rule {rule!r} needs its leniency list {key} = [...]")
+    efforts = [dict(steps=k, threshold=None) for k in grid.get("steps", [] if "threshold" in grid else [1])]
+    efforts += [dict(steps=1, threshold=t) for t in grid.get("threshold", [])]
+    out = []
+    for rule in grid["rule"]:
+        axes = dict(effort=efforts, leniency=grid.get(LENIENCY_KEYS.get(rule), [0.0]), method=grid["method"],
+                    proposal=grid["proposal"], block_size=grid["block_size"])
+        for point in expand_grid(axes):
+            params = dict(drafter=models["drafter"], verifier=models["verifier"], **point.pop("effort"), rule=rule,
+                          **point)
+            effort = f"tau={params['threshold']:g}" if params["threshold"] is not None else f"K={params['steps']}"
+            leniency = "" if rule == "lossless" else f" {LENIENCY_KEYS[rule]}={params['leniency']:g}"
+            name = f"{effort} {rule}{leniency} {params['method']} {params['proposal']} B={params['block_size']}"
+            out.append(dict(config_id=settings_id(params), name=name, effort=effort, params=params))
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# The unit function (runs in the worker processes; per-process caches)
+# ----------------------------------------------------------------------------------------------
+
+_CACHE = {}
+
+
+def problem_seed(seed: int, index: int) -> int:
+    """The seed of problem `index`: the same in every configuration and on every backend."""
+    return int.from_bytes(hashlib.sha1(f"{seed}/{index}".encode()).digest()[:6], "big")
+
+
+def _problems(task_settings: dict):
+    from specdiff.eval.tasks import get_task
+
+    key = json.dumps(task_settings, sort_keys=True)
+    if key not in _CACHE:
+        task = get_task(task_settings["name"])
+        _CACHE[key] = (task, task.load(task_settings["problems"], **task_settings["options"]))
+    return _CACHE[key]
+
+
+def _models(settings: dict, config):
+    """The process's ModelCache, warmed up once per (drafter, verifier) pair with a short generation."""
+    import torch
+
+    from specdiff.engine.runs import ModelCache, run_config
+
+    if "models" not in _CACHE:
+        torch.set_num_threads(settings["run"]["threads"])
+        from transformers.utils import logging
+
+        logging.disable_progress_bar()
+        _CACHE["models"], _CACHE["warm"] = ModelCache(), set()
+    cache = _CACHE["models"]
+    if (config.drafter, config.verifier) not in _CACHE["warm"]:
+        run_config(config, ["1 + 1 =\n"], None, cache, 8)
+        _CACHE["warm"].add((config.drafter, config.verifier))
+    return cache
+
+
+def run_problem(unit: ProblemUnit, settings: dict) -> dict:
+    """Generates one problem's answer under one configuration and scores it: the store's row."""
+    from specdiff.engine.runs import RunConfig, run_config
+
+    params = dict(unit.params)
+    config = RunConfig(name=unit.config_id, **params)
+    cache = _models(settings, config)
+    task, problems = _problems(settings["task"])
+    problem = problems[unit.problem_index]
+    tokenizer = cache.tokenizer(config.verifier)
+    prompt = task.build_prompt(problem, tokenizer, boxed=settings["task"]["boxed"])
+    result = run_config(config, [prompt], None, cache, settings["task"]["max_new_tokens"],
+                        seed=problem_seed(settings["run"]["seed"], unit.problem_index))
+    record = result["records"][0]
+    score = task.score([problem], [record["text"]])[0]
+    return dict(config_id=unit.config_id, problem_id=unit.problem_id, problem_index=unit.problem_index,
+                text=record["text"], correct=int(score.correct), extracted=score.extracted,
+                prompt_tokens=len(tokenizer(prompt).input_ids), new_tokens=record["new_tokens"],
+                rounds=record.get("rounds"), accepted=record.get("accepted"), draft_s=record.get("draft_s"),
+                verify_s=record.get("verify_s"), wall_s=record["wall_s"], exact=int(result["exact"]))
+
+
+# ----------------------------------------------------------------------------------------------
+# The command
+# ----------------------------------------------------------------------------------------------
+
+
+def problem_ids(settings: dict) -> list[str]:
+    """A stable id per problem: the task's own id, else the index."""
+    _, problems = _problems(settings["task"])
+    return [problem.id or f"{index:05d}" for index, problem in enumerate(problems)]
+
+
+def run_sweep(config_path: str | Path, store_path: str | Path, backend: str = "process", workers: int = 1,
+              ray_address: str | None = None, progress: bool = True, on_row=None) -> dict:
+    """Checks the config, opens (or creates) the store, runs every unfinished (configuration, problem)
+    and returns a summary. on_row(row) is called after each row is written (tests use it)."""
+    from specdiff.eval.runner import execute, pending
+    from specdiff.eval.sweepstore import SweepStore
+
+    if workers < 1:
+        raise ValueError(f"--workers must be >= 1, got {workers}")
+    settings, configs, source = load_config(config_path)
+    try:
+        ids = problem_ids(settings)
+    except (OSError, ValueError) as error:
+        raise ValueError(f"{config_path}: the task's problems cannot be loaded: {error}") from None
+    store = SweepStore(store_path, settings, source)
+    try:
+        store.add_configurations(configs)
+        units = [ProblemUnit(c["config_id"], i, pid, tuple(sorted(c["params"].items())))
+                 for c in configs for i, pid in enumerate(ids)]
+        todo = pending(units, {f"{c}/{p}" for c, p in store.done()})
+
+        def on_done(unit, row):
+            store.put(row)
+            if on_row:
+                on_row(row)
+
+        start = time.perf_counter()
+        execute(todo, run_problem, settings, on_done, workers=workers, executor=backend, progress=progress,
+                unit_desc="problems", group_desc="configurations", cpus_per_worker=settings["run"]["threads"],
+                ray_address=ray_address)
+        rows = len(store.done())
+    finally:
+        store.close()
+    return {"store": str(store_path), "configurations": len(configs), "problems": len(ids),
+            "rows": {"total": len(units), "resumed": len(units) - len(todo), "run": len(todo), "in_store": rows},
+            "backend": backend, "workers": workers, "wall_seconds": time.perf_counter() - start}
+
+
+def run(args) -> int:
+    if args.check:
+        settings, configs, _ = load_config(args.config)
+        out = {"settings": settings, "configurations": [dict(config_id=c["config_id"], name=c["name"]) for c in configs]}
+        if args.json:
+            print(json.dumps(out, indent=1))
+        else:
+            for c in configs:
+                print(f"{c['config_id']}  {c['name']}")
+            print(f"{len(configs)} configurations x {settings['task']['problems']} problems")
+        return 0
+    summary = run_sweep(args.config, args.store, args.backend, args.workers, args.ray_address,
+                        progress=not args.json)
+    print(json.dumps(summary, indent=1))
+    if not args.json:
+        print(f"next: specdiff frontier {args.store}   |   specdiff report {args.store}", file=sys.stderr)
+    return 0
