@@ -99,7 +99,8 @@ def run_config(config: RunConfig, prompts: list[str], targets: list[str] | None,
     (accuracy when targets are given), the texts, and per-problem records."""
     import torch
 
-    generator = torch.Generator().manual_seed(seed)
+    device = cache.get(config.verifier, "verifier").device  # draws happen where the models are
+    generator = torch.Generator(device=device).manual_seed(seed)
     tokenizer = cache.tokenizer(config.verifier)
     chunks = [prompts[i:i + config.batch_size] for i in range(0, len(prompts), config.batch_size)]
     iterator = chunks
