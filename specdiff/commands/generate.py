@@ -24,6 +24,7 @@ def add_generation_flags(parser) -> None:
     parser.add_argument("--method", choices=["token", "block"], default="token")
     parser.add_argument("--proposal", choices=["marginal", "point_mass"], default="marginal")
     parser.add_argument("--batch-size", type=int, default=1, help="sequences per batch (default 1)")
+    parser.add_argument("--device", default=None, help="torch device for both models, e.g. cuda (default cpu)")
 
 
 def run_config_from_args(args, name: str = "cli"):
@@ -100,12 +101,12 @@ def run(args) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     config = run_config_from_args(args)
-    cache = ModelCache()
+    cache = ModelCache(device=args.device)
     if config.drafter is None:
         raise ValueError("--drafter is required")
     generator = build_generator(config, cache)
-    out = generator.generate(prompts, max_new_tokens=args.max_new_tokens,
-                             generator=torch.Generator().manual_seed(args.seed), progress=not args.json)
+    out = generator.generate(prompts, max_new_tokens=args.max_new_tokens, progress=not args.json,
+                             generator=torch.Generator(device=generator.verifier.device).manual_seed(args.seed))
     result = {"config": config.as_dict(), "exact": generator.exact, "summary": out.summary.as_dict(),
               "generations": [{"prompt": p, "text": t, "token_ids": ids, "stats": s.as_dict()}
                               for p, t, ids, s in zip(prompts, out.texts, out.token_ids, out.stats)]}

@@ -203,7 +203,8 @@ def _models(settings: dict, config):
         from transformers.utils import logging
 
         logging.disable_progress_bar()
-        _CACHE["models"], _CACHE["warm"] = ModelCache(), set()
+        device = "cuda" if torch.cuda.is_available() else None  # a Ray worker given a GPU uses it
+        _CACHE["models"], _CACHE["warm"] = ModelCache(device=device), set()
     cache = _CACHE["models"]
     if (config.drafter, config.verifier) not in _CACHE["warm"]:
         run_config(config, ["1 + 1 =\n"], None, cache, 8)

@@ -56,14 +56,17 @@ class ModelCache:
     """Loads each model and tokenizer once per process; wrappers (Verifier, drafters) are rebuilt
     around the loaded model for every set of options, which copies nothing."""
 
-    def __init__(self):
-        self.models, self.tokenizers = {}, {}
+    def __init__(self, device: str | None = None):
+        self.models, self.tokenizers, self.device = {}, {}, device
 
     def get(self, name: str, role: str, **options):
         from specdiff import models
 
         if name not in self.models:
-            self.models[name] = models.load_model(name)
+            model, *rest = models.load_model(name)
+            if self.device is not None:
+                model = model.to(self.device)
+            self.models[name] = (model, *rest)
         return models.wrap(*self.models[name], self.tokenizer(name), role, **options)
 
     def tokenizer(self, name: str):
