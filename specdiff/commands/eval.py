@@ -24,7 +24,8 @@ DEFAULT_MAX_NEW_TOKENS = 256
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
-        "eval", help="accuracy, speed and acceptance of one configuration on a benchmark (arith, gsm8k, humaneval, gpqa)",
+        "eval", help="accuracy, speed and acceptance of one configuration on a benchmark "
+                     "(arith, gsm8k, humaneval, gpqa)",
         description="Run one generation configuration (the flags of `specdiff generate`) on the first -n problems of "
                     "a task and print accuracy ± standard error, tokens/s, latency per problem, mean accepted "
                     "tokens per round and whether the configuration is exact (docs/eval.md).")
@@ -36,7 +37,8 @@ def register(subparsers) -> None:
     parser.add_argument("--top-p", type=float, default=None, help="the verifier's top-p (default: its own)")
     parser.add_argument("--top-k", type=int, default=None, help="the verifier's top-k, 0 for off (default: its own)")
     parser.add_argument("--max-new-tokens", type=int, default=None,
-                        help=f"per problem (default {MAX_NEW_TOKENS['arith']} for arith, {DEFAULT_MAX_NEW_TOKENS} else)")
+                        help=f"per problem (default {MAX_NEW_TOKENS['arith']} for arith, "
+                             f"{DEFAULT_MAX_NEW_TOKENS} for the others)")
     parser.add_argument("--seed", type=int, default=0, help="generation seed (default 0)")
     parser.add_argument("--threads", type=int, default=min(2, os.cpu_count() or 1),
                         help="torch threads (default: min(2, cores), as the demo)")
@@ -109,7 +111,8 @@ def format_summary(out: dict) -> str:
     accepted = f"{out['mean_accepted']:.2f}" if "mean_accepted" in out else "- (no drafter)"
     return "\n".join([
         f"{out['task']}: {out['problems']} problems, {out['config']['name']}",
-        f"  accuracy          {out['accuracy']:.3f} ± {out['accuracy_stderr']:.3f} ({out['correct']}/{out['problems']})",
+        f"  accuracy          {out['accuracy']:.3f} ± {out['accuracy_stderr']:.3f} "
+        f"({out['correct']}/{out['problems']})",
         f"  tokens/s          {out['tokens_per_s']:.1f}",
         f"  latency/problem   {1000 * out['latency_s']:.0f} ms",
         f"  accepted/round    {accepted}",
