@@ -14,6 +14,7 @@ import sys
 SUBCOMMAND_MODULES = [
     "specdiff.commands.demo",
     "specdiff.commands.generate",
+    "specdiff.commands.eval",
     "specdiff.commands.bench",
     "specdiff.commands.sweep",
     "specdiff.commands.frontier",

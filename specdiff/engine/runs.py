@@ -3,7 +3,8 @@ speed bench and the sweeps share.
 
 A `RunConfig` names the drafter (a zoo name or local path; None for plain autoregressive decoding
 of the verifier), its effort (K steps or threshold tau), the leniency rule, the verification
-method, the proposal mode and the block size. `run_config` generates answers for a list of prompts
+method, the proposal mode, the block size, and optionally the verifier's sampling settings
+(`sampling`: temperature, top_p, top_k; temperature 0 is greedy). `run_config` generates answers for a list of prompts
 one problem at a time (batch 1, as latency is measured per problem) or in batches, and returns the
 accuracy, throughput, latency and acceptance figures.
 """
@@ -32,6 +33,7 @@ class RunConfig:
     block_size: int = 8
     batch_size: int = 1
     extra: dict = field(default_factory=dict)
+    sampling: dict = field(default_factory=dict)  # the verifier's temperature / top_p / top_k; empty: its defaults
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -82,7 +84,7 @@ def build_generator(config: RunConfig, cache: ModelCache):
     from specdiff.drafters.masked import MaskedDiffusionDrafter
     from specdiff.engine.generate import SpeculativeGenerator
 
-    verifier = cache.get(config.verifier, "verifier")
+    verifier = cache.get(config.verifier, "verifier", **config.sampling)
     options = {}
     drafter = cache.get(config.drafter, "drafter")
     if isinstance(drafter, MaskedDiffusionDrafter):
@@ -165,7 +167,7 @@ def _autoregressive(config: RunConfig, prompts: list[str], cache: ModelCache, to
     from specdiff.engine.baselines import autoregressive_generate
     from specdiff.engine.generate import _eos_ids
 
-    verifier = cache.get(config.verifier, "verifier")
+    verifier = cache.get(config.verifier, "verifier", **config.sampling)
     rows = [tokenizer(p).input_ids for p in prompts]
     begin = time.perf_counter()
     ids, seconds = autoregressive_generate(verifier.model, rows, max_new_tokens, _eos_ids(verifier.model, None),
