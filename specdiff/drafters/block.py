@@ -36,6 +36,8 @@ class BlockDiffusionDrafter(MaskedDiffusionDrafter):
     model: a causal-LM class run block-causally (SDAR, the zoo's block-drafter). Sampling defaults
     are the first paper's SDAR draft settings (Table 3): temperature 0.6, top-p 0.95, top-k 20."""
 
+    committed_attention = "causal"  # committed tokens are cached causally, as its objective trains them
+
     def __init__(self, model, steps: int = 1, threshold: float | None = None, order: str = "confidence",
                  temperature: float = 0.6, top_p: float = 0.95, top_k: int = 20, shift_logits: bool | None = None,
                  mask_token_id: int | None = None, pad_token_id: int | None = None, tokenizer=None,

@@ -31,9 +31,10 @@ q is still what was sampled from, so verification is exactly as exact as without
 - `prefix_cache=True` ("round", Fast-dLLM's): the committed tokens are encoded once per round and
   their keys and values reused across the K steps; only the last committed token and the canvas
   are re-encoded.
-- `prefix_cache="persistent"`: every committed token is encoded once, when it is committed,
-  attending causally to the tokens before it (as the drafter's causal head was trained); each step
-  encodes only the canvas (and, at a round's first step, the newly committed tokens).
+- `prefix_cache="persistent"`: every committed token is encoded once, when it is committed: each
+  round's newly committed tokens as one block, bidirectional among themselves and attending to the
+  blocks before them; each step encodes only the canvas (and, at a round's first step, the newly
+  committed tokens).
 """
 from __future__ import annotations
 
@@ -55,6 +56,8 @@ class MaskedDiffusionDrafter(Drafter):
     Exactness (marginal mode): exact for K = 1 and for order="left_to_right" with a fixed K, where
     every drafted token is drawn from its q given the tokens to its left; otherwise approximate
     (use proposal="point_mass" for an exact result)."""
+
+    committed_attention = "block"  # how a persistent prefix cache encodes committed tokens (prefix_cache.py)
 
     def __init__(self, model, steps: int = 1, threshold: float | None = None, order: str = "entropy",
                  temperature: float = 0.2, top_p: float = 0.95, top_k: int = 0, shift_logits: bool | None = None,
@@ -116,7 +119,7 @@ class MaskedDiffusionDrafter(Drafter):
 
     def start(self, ids, key_mask, verifier_hidden=None) -> None:
         if self.prefix_cache == "persistent":
-            self.persistent = PersistentPrefix(self.model, self.shift_logits, key_mask)
+            self.persistent = PersistentPrefix(self.model, self.shift_logits, key_mask, self.committed_attention)
 
     def select(self, rows: torch.Tensor) -> None:
         if self.prefix_cache == "persistent":

@@ -7,9 +7,13 @@ its guarantees. With Dream's shift the first canvas token is predicted at the la
 - `round_cache_steps` (Fast-dLLM's prefix cache): step 1 encodes the whole sequence and keeps the
   keys and values of all committed tokens but the last; steps 2..K encode [last committed, canvas].
 - `PersistentPrefix`: a KV cache of the committed tokens kept across rounds, like an
-  autoregressive drafter's. Each round's first step encodes the newly committed tokens, each
-  attending causally to the tokens before it and never to the canvas, together with the canvas,
-  which attends to everything; later steps encode only the canvas. Nothing drafted is ever cached.
+  autoregressive drafter's. Each round's first step encodes the newly committed tokens as one block
+  (bidirectional among themselves, attending to the blocks before them, never to the canvas: the
+  prompt is the first block), together with the canvas, which attends to everything; later steps
+  encode only the canvas. Nothing drafted is ever cached. `committed_attention="causal"` encodes
+  each committed token causally instead (the block drafter, trained that way). Block-wise rather than token-wise causal
+  encoding of the committed tokens keeps more of the bidirectional context the drafter was trained
+  with: 7.54 tokens per round instead of 6.95 at K = 4, B = 16 (40 validation problems).
 """
 from __future__ import annotations
 
@@ -48,8 +52,10 @@ def round_cache_steps(model, tokens: torch.Tensor, key_mask: torch.Tensor, block
 class PersistentPrefix:
     """The committed tokens' KV cache of a masked drafter, kept across rounds (see module docstring)."""
 
-    def __init__(self, model, shift: bool, key_mask: torch.Tensor):
-        self.model, self.shift = model, shift
+    def __init__(self, model, shift: bool, key_mask: torch.Tensor, committed_attention: str = "block"):
+        if committed_attention not in ("block", "causal"):
+            raise ValueError(f"committed_attention must be 'block' or 'causal', got {committed_attention!r}")
+        self.model, self.shift, self.committed_attention = model, shift, committed_attention
         self.cache, self.cache_mask = new_cache(model), key_mask[:, :0]  # [b, C]: real cache columns
 
     def step_logits_fn(self, tokens: torch.Tensor, key_mask: torch.Tensor, block_size: int):
@@ -64,7 +70,7 @@ class PersistentPrefix:
         canvas_mask = torch.ones(tokens.shape[0], block_size, dtype=torch.bool, device=device)
         full_mask = torch.cat([self.cache_mask, pending_mask, canvas_mask], dim=1)  # [b, C + width + B]
         positions = position_ids(full_mask)
-        first_mask = _pending_causal_mask(full_mask, width, block_size)  # [b, 1, width + B, C + width + B]
+        first_mask = _pending_mask(full_mask, width, block_size, self.committed_attention)  # [b, 1, width + B, C + width + B]
         state = {"first": True, "head": None, "canvas_only": None}
 
         def step(canvas):
@@ -79,7 +85,7 @@ class PersistentPrefix:
                 self.cache_mask = keep_columns(cache, full_mask[:, :-block_size])
                 keys = torch.cat([self.cache_mask, canvas_mask], dim=1)  # the compacted layout
                 state["canvas_only"] = None if bool(keys.all()) else bidirectional_mask(keys, block_size)
-                state["head"] = logits[:, :1].clone() if shift else None  # token 0's logits, fixed: its query is causal
+                state["head"] = logits[:, :1].clone() if shift else None  # token 0's logits: its query never sees the canvas
                 return logits
             keep = torch.arange(0, block_size - 1 if shift else block_size, device=device)
             out = model(input_ids=canvas, attention_mask=layer_masks(model, state["canvas_only"]),
@@ -95,14 +101,17 @@ class PersistentPrefix:
         self.cache_mask = keep_columns(self.cache, self.cache_mask[rows])
 
 
-def _pending_causal_mask(full_mask: torch.Tensor, width: int, block_size: int) -> torch.Tensor:
-    """[b, 1, width + B, C + width + B]: pending committed queries see real cache keys and pending keys
-    at or before them; canvas queries see every real key; every query sees itself (no empty rows)."""
+def _pending_mask(full_mask: torch.Tensor, width: int, block_size: int, committed_attention: str) -> torch.Tensor:
+    """[b, 1, width + B, C + width + B]: pending committed queries see the real cache keys and, as one
+    block, every pending key ("block"), or the pending keys at or before them ("causal"); never the
+    canvas. Canvas queries see every real key; every query sees itself (no empty rows)."""
     batch, total = full_mask.shape
     queries = width + block_size
     query_column = torch.arange(total - queries, total, device=full_mask.device)[:, None]  # [Q, 1]
     key_column = torch.arange(total, device=full_mask.device)[None, :]  # [1, K]
-    causal = key_column <= query_column  # [Q, K]
-    is_canvas_query = query_column >= total - block_size
-    allowed = (causal | is_canvas_query)[None, None] & full_mask[:, None, None, :]
+    committed_key = key_column < total - block_size  # [1, K]
+    if committed_attention == "causal":
+        committed_key = committed_key & (key_column <= query_column)  # [Q, K]
+    is_canvas_query = query_column >= total - block_size  # [Q, 1]
+    allowed = (committed_key | is_canvas_query)[None, None] & full_mask[:, None, None, :]
     return allowed | (key_column == query_column)[None, None]
