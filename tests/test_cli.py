@@ -27,7 +27,7 @@ def test_every_subcommand_has_help(capsys):
 
 
 def test_demo_json_reports_theory_beside_measurement(capsys):
-    assert main(["demo", "--json", "--samples", "20000", "--vocab", "16"]) == 0
+    assert main(["demo", "--rules", "--json", "--samples", "20000", "--vocab", "16"]) == 0
     result = json.loads(capsys.readouterr().out)
     rules = {row["rule"]: row for row in result["rules"]}
     assert {"Lossless", "Linear(0.2)", "TVBudget(0.1)", "Cactus(0.005)"} <= set(rules)
@@ -54,6 +54,6 @@ def test_console_script_is_installed():
 
 def test_demo_plot_is_written(tmp_path, capsys):
     target = tmp_path / "tradeoff.png"
-    assert main(["demo", "--json", "--samples", "5000", "--vocab", "12", "--plot", str(target)]) == 0
+    assert main(["demo", "--rules", "--json", "--samples", "5000", "--vocab", "12", "--plot", str(target)]) == 0
     assert json.loads(capsys.readouterr().out)["plot"] == str(target)
     assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
