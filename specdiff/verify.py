@@ -190,6 +190,9 @@ def _token_verify_walk(target, draft, draft_tokens, rule, uniforms, draw_u):
     num_accepted = torch.zeros(batch, dtype=torch.long, device=device)
     next_token = torch.empty(batch, dtype=torch.long, device=device)
     chunk = max(1, SCRATCH_ELEMENTS // vocab)
+    # Where every row fits one chunk, stopped rows are kept (small copies) and drawn in one call at
+    # the end; otherwise each chunk draws its own, so that no [b, V] tensor is ever formed.
+    deferred = [] if batch <= chunk else None  # (rows, p_rows, q_rows, tokens, relaxation) of stopped rows
     active = torch.arange(batch, device=device)  # rows that accepted every position so far
     for position in range(block_len):
         still = []
@@ -207,14 +210,24 @@ def _token_verify_walk(target, draft, draft_tokens, rule, uniforms, draw_u):
                     p_rows, tokens = p_rows.index_select(0, stopped), tokens.index_select(0, stopped)
                     q_rows = q_rows.index_select(0, stopped) if q_rows is not None else None
                     relax = type(relax)(*(coef.index_select(0, stopped) for coef in relax))
-                ones = torch.ones(stopped.numel(), dtype=dtype, device=device)
-                weights = _residual_weights(p_rows, q_rows, tokens, ones, ones, *relax)
-                next_token[rows[stopped]] = sample_categorical(weights, u=draw_u[rows[stopped]])
+                if deferred is not None:
+                    deferred.append((rows[stopped], p_rows.clone(), None if q_rows is None else q_rows.clone(),
+                                     tokens, relax))
+                else:
+                    ones = torch.ones(stopped.numel(), dtype=dtype, device=device)
+                    weights = _residual_weights(p_rows, q_rows, tokens, ones, ones, *relax)
+                    next_token[rows[stopped]] = sample_categorical(weights, u=draw_u[rows[stopped]])
             still.append(rows[kept])
         active = torch.cat(still) if len(still) > 1 else still[0]
         num_accepted[active] += 1
         if active.numel() == 0:
             break
+    if deferred:
+        rows, p_rows, q_rows, tokens = (None if parts[0] is None else torch.cat(parts) for parts in list(zip(*deferred))[:4])
+        relax = type(deferred[0][4])(*(torch.cat(coefs) for coefs in zip(*(part[4] for part in deferred))))
+        ones = torch.ones(rows.numel(), dtype=dtype, device=device)
+        weights = _residual_weights(p_rows, q_rows, tokens, ones, ones, *relax)
+        next_token[rows] = sample_categorical(weights, u=draw_u[rows])
     for first in range(0, active.numel(), chunk):  # every draft accepted: the bonus from the unrelaxed p
         rows = active[first : first + chunk]
         next_token[rows] = sample_categorical(target.rows_at(block_len, rows), u=draw_u[rows])

@@ -48,10 +48,14 @@ def test_dense_and_walk_agree_draw_for_draw(monkeypatch, rule, inputs, point_mas
         # the walk in chunks of 1..3 rows, so that rows of one position stop in different chunks
         walk = _run(monkeypatch, 0, vocab * (1 + seed % 3), tokens, proposal, target,
                     generator=torch.Generator().manual_seed(seed), **kwargs)
-        assert torch.equal(dense.num_accepted, walk.num_accepted), (seed, batch, block_len, vocab)
-        assert torch.equal(dense.tokens, walk.tokens), (seed, batch, block_len, vocab)
-        assert torch.equal(dense.accept_prob.isnan(), walk.accept_prob.isnan())
-        assert torch.equal(dense.accept_prob.nan_to_num(-1.0), walk.accept_prob.nan_to_num(-1.0))
+        # and in one chunk, where stopped rows are kept and drawn together at the end
+        one_chunk = _run(monkeypatch, 0, 1 << 18, tokens, proposal, target,
+                         generator=torch.Generator().manual_seed(seed), **kwargs)
+        for other in (walk, one_chunk):
+            assert torch.equal(dense.num_accepted, other.num_accepted), (seed, batch, block_len, vocab)
+            assert torch.equal(dense.tokens, other.tokens), (seed, batch, block_len, vocab)
+            assert torch.equal(dense.accept_prob.isnan(), other.accept_prob.isnan())
+            assert torch.equal(dense.accept_prob.nan_to_num(-1.0), other.accept_prob.nan_to_num(-1.0))
 
 
 def test_engine_sizes_take_the_dense_path_and_big_vocabularies_the_walk():
