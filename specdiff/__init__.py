@@ -8,6 +8,8 @@ TYPE_CHECKING block below lists them for readers and type checkers.
 """
 from __future__ import annotations
 
+import sys
+import types
 from typing import TYPE_CHECKING
 
 from specdiff.lazy import lazy_exports
@@ -46,6 +48,19 @@ _PUBLIC = {
 }
 __all__ = list(_PUBLIC)
 __getattr__ = lazy_exports(globals(), _PUBLIC)
+
+
+class _Package(types.ModuleType):
+    """The package module. Importing the submodule `specdiff.verify` (as the engine does) makes Python
+    bind it to the package's name `verify`, which is the public function: keep the function."""
+
+    def __setattr__(self, name, value):
+        if isinstance(value, types.ModuleType) and _PUBLIC.get(name) == value.__name__:
+            value = getattr(value, name)
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
 
 
 def __dir__():

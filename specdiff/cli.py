@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 # module path -> registers one or more subcommands
@@ -25,17 +26,21 @@ SUBCOMMAND_MODULES = [
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from specdiff import __version__
+
     parser = argparse.ArgumentParser(
         prog="specdiff",
         description="Speculative diffusion: draft with a diffusion model, verify with a target model.",
     )
+    parser.add_argument("--version", action="version", version=f"specdiff {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module_name in SUBCOMMAND_MODULES:
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as error:
-            if error.name == module_name:  # not written yet
-                continue
+            if error.name == module_name:  # a renamed or deleted module must not drop its subcommands silently
+                raise ImportError(f"specdiff: subcommand module {module_name} is listed in specdiff/cli.py "
+                                  "SUBCOMMAND_MODULES but does not exist") from error
             raise
         module.register(subparsers)
     return parser
@@ -48,10 +53,18 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0 if args.command is None else 2
     try:
-        return int(args.handler(args) or 0)
+        code = int(args.handler(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows up here, not at interpreter exit
+        return code
     except ValueError as error:
         print(f"specdiff {args.command}: error: {error}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # `specdiff ... --json | head`: the reader left. Point stdout at /dev/null so that the exit's
+        # flush does not raise again, and exit as a process killed by SIGPIPE would (128 + 13).
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":

@@ -67,22 +67,26 @@ class Distributions:
         """The distributions of rows `rows` at one position, [n, V], in a scratch buffer that the
         next call overwrites (copy out what must outlive it).
 
-        Reusing two [b, V] buffers keeps a left-to-right walk over positions from allocating, and
-        page-faulting, fresh vocabulary-sized tensors at every step.
+        The two scratch buffers (logits, probabilities) are sized by the largest n asked for, so a
+        caller that walks the rows in chunks of a few hundred thousand entries keeps them in cache
+        and never page-faults fresh vocabulary-sized tensors.
         """
         num_rows, vocab = rows.numel(), self.values.shape[-1]
-        if self._scratch is None:
-            batch = self.values.shape[0]
+        if self._scratch is None or self._scratch[0].shape[0] < num_rows:
             device = self.values.device
-            self._scratch = (torch.empty(batch, vocab, dtype=self.dtype, device=device),
-                             torch.empty(batch, vocab, dtype=self.dtype, device=device))
+            self._scratch = (torch.empty(num_rows, vocab, dtype=self.dtype, device=device),
+                             torch.empty(num_rows, vocab, dtype=self.dtype, device=device))
         picked, probs = self._scratch[0][:num_rows], self._scratch[1][:num_rows]
         source = self.values[:, position]  # [b, V] view
-        if num_rows == self.values.shape[0] and source.is_contiguous() and self.values.dtype == self.dtype:
+        same_dtype = self.values.dtype == self.dtype
+        if num_rows == 1 and same_dtype and source.device.type == "cpu" and source.stride(-1) == 1:
+            row = int(rows[0])
+            picked = source[row : row + 1]  # one row: read it in place, no copy
+        elif num_rows == self.values.shape[0] and source.is_contiguous() and same_dtype:
             picked = source  # one sequence: its row is contiguous already, no copy
         elif num_rows == self.values.shape[0]:
             picked.copy_(source)  # every row is still accepting: a plain (strided) copy
-        elif self.values.dtype == self.dtype:
+        elif same_dtype:
             torch.index_select(source, 0, rows, out=picked)
         else:
             picked.copy_(source.index_select(0, rows))
@@ -97,14 +101,22 @@ class Distributions:
         if self.validate and probs.shape[0] and torch.isnan(probs[..., 0]).any():
             _name_bad_logits(logits, self.name)
 
-    def dense(self, num_positions: int) -> torch.Tensor:
-        """All probabilities of the first num_positions positions, [b, num_positions, V]."""
+    def dense(self, num_positions: int, check: bool = True) -> torch.Tensor:
+        """All probabilities of the first num_positions positions, [b, num_positions, V].
+        check=False leaves the validation of logits to check_read, for the positions used."""
         values = self.values[:, :num_positions].to(self.dtype)
         if self.kind == "probs":
             return values
         probs = torch.softmax(values, dim=-1)
-        self._check_rows(values, probs)
+        if check:
+            self._check_rows(values, probs)
         return probs
+
+    def check_read(self, probs: torch.Tensor, read: torch.Tensor) -> None:
+        """Validate the rows of dense(check=False) that the caller used, read [b, P] bool, as if
+        they alone had been normalised: logits at positions never read are not judged."""
+        if self.kind == "logits" and self.validate and bool((torch.isnan(probs[..., 0]) & read).any()):
+            _name_bad_logits(self.values[:, : read.shape[1]][read], self.name)
 
     def is_impossible(self, tokens: torch.Tensor) -> torch.Tensor:
         """Whether tokens[:, i] has probability exactly 0 at position i. tokens: [b, B]. Returns [b, B]."""

@@ -30,6 +30,11 @@ METHODS = ("token", "block")
 INPUTS = ("probs", "logits")
 # A residual with less mass than this is treated as empty: sample from the relaxed target.
 EMPTY_RESIDUAL = 1e-9
+# Token verification reads every position at once when b (B+1) V is at most this (a left-to-right walk
+# costs a few small torch calls per position); above it, it walks the positions in chunks of rows.
+SMALL_ELEMENTS = 1 << 18
+# Rows x V per chunk of that walk: 1 MiB of float32 scratch per distribution, which stays in cache.
+SCRATCH_ELEMENTS = 1 << 18
 
 
 @dataclass
@@ -95,12 +100,18 @@ def verify(
         )
 
     uniforms = torch.rand(batch, block_len + 1, generator=generator, device=device, dtype=torch.float64)
-    fixed_rows = None  # [b, V]: block + Cactus with a real proposal verifies against C, at each row's stop
-    last_rows = None  # token verification hands over the rows it already normalised
     if method == "token":
-        num_accepted, relax, accept_prob, last_rows = _token_stop(target, draft, draft_tokens, rule, uniforms)
-        residual_weight = torch.ones(batch, dtype=dtype, device=device)  # [b]
-    elif isinstance(rule, Cactus) and draft is not None:
+        # the uniforms of the recovered/bonus draws, taken now: the same stream as taking them after the stop
+        draw_u = torch.rand(batch, 1, generator=generator, device=device, dtype=torch.float64)  # [b, 1]
+        small = batch * (block_len + 1) * target.shape[-1] <= SMALL_ELEMENTS
+        token_verify = _token_verify_dense if small else _token_verify_walk
+        num_accepted, accept_prob, next_token = token_verify(target, draft, draft_tokens, rule, uniforms, draw_u)
+        tokens = _assemble(draft_tokens, num_accepted, next_token)
+        return VerifyResult(num_accepted=num_accepted, tokens=tokens, accept_prob=accept_prob)
+
+    fixed_rows = None  # [b, V]: block + Cactus with a real proposal verifies against C, at each row's stop
+    last_rows = None  # the rows of p and q at each row's stop, where already computed
+    if isinstance(rule, Cactus) and draft is not None:
         num_accepted, relax, accept_prob, residual_weight = _block_verify_cactus(
             target, draft, draft_tokens, rule, uniforms
         )
@@ -115,55 +126,114 @@ def verify(
     return VerifyResult(num_accepted=num_accepted, tokens=tokens, accept_prob=accept_prob)
 
 
-def _token_stop(target, draft, draft_tokens, rule, uniforms):
-    """Token verification (Algorithm 1, lines 7-11): the first rejected position of every row.
+def _at_position(p_rows, q_rows, tokens, rule):
+    """One drafted position of token verification for n rows: p(y), the relaxation and p~(y)/q(y).
 
-    Positions are visited left to right, each time only for the rows still accepting, so from
-    logits a row's distributions past its stop are never normalised. Returns num_accepted [b];
-    the relaxation coefficients [b, B] (filled where visited); min(1, p~(y)/q(y)) [b, B] (NaN
-    where not visited); and the rows of p and q at each row's last visited position, [b, V],
-    which are the ones the residual needs.
+    p_rows, q_rows: [n, V] (q_rows None: point mass on y); tokens: [n, 1]. Returns the
+    relaxation's coefficients [n] and the ratio [n]; accept y when u < ratio (Algorithm 1, line 9).
+    """
+    p_draft = p_rows.gather(-1, tokens).squeeze(-1)  # [n] p(y)
+    if q_rows is not None:
+        q_draft = q_rows.gather(-1, tokens).squeeze(-1)  # [n] q(y)
+        tv = 0.5 * (p_rows - q_rows).abs().sum(dim=-1) if rule.needs_tv else None
+    else:  # point mass on y: q(y) = 1 and TV(p, onehot(y)) = 1 - p(y)
+        q_draft = torch.ones_like(p_draft)
+        tv = 1.0 - p_draft
+    relax = rule.relax(p_draft, q_draft, tv)
+    return relax, relax.at_draft(p_draft, q_draft) / q_draft
+
+
+def _token_verify_dense(target, draft, draft_tokens, rule, uniforms, draw_u):
+    """Token verification (Algorithm 1, lines 7-12) with every position read at once, for small
+    inputs (b (B+1) V <= SMALL_ELEMENTS), where a left-to-right walk would cost a few small torch
+    calls per position. The same arithmetic as _token_verify_walk, so the same draws.
+
+    Returns num_accepted [b], min(1, p~(y)/q(y)) [b, B] (NaN past each row's stop) and the
+    recovered or bonus token [b].
+    """
+    batch, block_len = draft_tokens.shape
+    device = draft_tokens.device
+    p_all = target.dense(block_len + 1, check=False)  # [b, B+1, V]
+    q_all = draft.dense(block_len, check=False) if draft is not None else None  # [b, B, V]
+    index = draft_tokens.unsqueeze(-1)  # [b, B, 1]
+    relax, ratio = _at_position(p_all[:, :block_len], q_all, index, rule)  # [b, B] each
+    kept = uniforms[:, :block_len] < ratio  # [b, B]
+    num_accepted = kept.cumprod(dim=1).sum(dim=1)  # [b]: the leading run of accepted drafts
+    read = torch.arange(block_len + 1, device=device) <= num_accepted.unsqueeze(1)  # [b, B+1] positions visited
+    target.check_read(p_all, read)
+    if draft is not None:
+        draft.check_read(q_all, read[:, :block_len])
+    accept_prob = torch.where(read[:, :block_len], ratio.clamp(max=1.0), float("nan"))
+    rows = torch.arange(batch, device=device)
+    draft_pos = num_accepted.clamp(max=block_len - 1)
+    keep = num_accepted < block_len  # rejected somewhere; else the bonus, from the unrelaxed p_{B+1}
+    ones = torch.ones(batch, dtype=p_all.dtype, device=device)
+    weights = _residual_weights(
+        p_all[rows, num_accepted], None if q_all is None else q_all[rows, draft_pos], draft_tokens[rows, draft_pos].unsqueeze(-1),
+        ones, keep.to(ones.dtype), *(torch.where(keep, coef[rows, draft_pos], bonus) for coef, bonus in zip(relax, (1.0, 0.0, 0.0))),
+    )
+    return num_accepted, accept_prob, sample_categorical(weights, u=draw_u)
+
+
+def _token_verify_walk(target, draft, draft_tokens, rule, uniforms, draw_u):
+    """Token verification (Algorithm 1, lines 7-12), positions left to right, each time only for the
+    rows still accepting, in chunks of SCRATCH_ELEMENTS // V rows.
+
+    From logits a row's distributions past its stop are never normalised, and each chunk is
+    normalised into the same small scratch buffers (no fresh vocabulary-sized tensors). A row that
+    stops draws its recovered token from that chunk's rows at once; rows that accept every draft
+    draw the bonus from p_{B+1}. Returns num_accepted [b], min(1, p~(y)/q(y)) [b, B] (NaN where
+    not visited) and the recovered or bonus token [b].
     """
     batch, block_len = draft_tokens.shape
     vocab = target.shape[-1]
     dtype, device = target.dtype, draft_tokens.device
-    p_coef = torch.ones(batch, block_len, dtype=dtype, device=device)
-    q_coef = torch.zeros(batch, block_len, dtype=dtype, device=device)
-    onehot_coef = torch.zeros(batch, block_len, dtype=dtype, device=device)
     accept_prob = torch.full((batch, block_len), float("nan"), dtype=dtype, device=device)
-    last_p = torch.empty(batch, vocab, dtype=dtype, device=device)  # p at each row's last visited position
-    last_q = torch.empty(batch, vocab, dtype=dtype, device=device) if draft is not None else None
     num_accepted = torch.zeros(batch, dtype=torch.long, device=device)
+    next_token = torch.empty(batch, dtype=torch.long, device=device)
+    chunk = max(1, SCRATCH_ELEMENTS // vocab)
+    # Where every row fits one chunk, stopped rows are kept (small copies) and drawn in one call at
+    # the end; otherwise each chunk draws its own, so that no [b, V] tensor is ever formed.
+    deferred = [] if batch <= chunk else None  # (rows, p_rows, q_rows, tokens, relaxation) of stopped rows
     active = torch.arange(batch, device=device)  # rows that accepted every position so far
     for position in range(block_len):
-        tokens = draft_tokens[active, position].unsqueeze(-1)  # [n, 1]
-        p_rows = target.rows_at(position, active)  # [n, V], overwritten at the next position
-        p_draft = p_rows.gather(-1, tokens).squeeze(-1)  # [n] p(y)
-        if draft is not None:
-            q_rows = draft.rows_at(position, active)  # [n, V]
-            q_draft = q_rows.gather(-1, tokens).squeeze(-1)  # [n] q(y)
-            tv = 0.5 * (p_rows - q_rows).abs().sum(dim=-1) if rule.needs_tv else None
-        else:  # point mass on y: q(y) = 1 and TV(p, onehot(y)) = 1 - p(y)
-            q_rows = None
-            q_draft = torch.ones_like(p_draft)
-            tv = 1.0 - p_draft
-        relax = rule.relax(p_draft, q_draft, tv)
-        ratio = relax.at_draft(p_draft, q_draft) / q_draft  # [n] p~(y)/q(y)
-        p_coef[active, position] = relax.p_coef
-        q_coef[active, position] = relax.q_coef
-        onehot_coef[active, position] = relax.onehot_coef
-        accept_prob[active, position] = ratio.clamp(max=1.0)
-        # u < p~(y)/q(y): keep the drafted token (always when p~(y) >= q(y)).
-        kept = uniforms[active, position] < ratio  # [n]
-        stopped = (~kept).nonzero().squeeze(-1)  # rows rejected here keep this position's rows
-        last_p.index_copy_(0, active[stopped], p_rows.index_select(0, stopped))
-        if q_rows is not None:
-            last_q.index_copy_(0, active[stopped], q_rows.index_select(0, stopped))
-        active = active[kept]
+        still = []
+        for first in range(0, active.numel(), chunk):
+            rows = active[first : first + chunk]  # [n]
+            tokens = draft_tokens[rows, position].unsqueeze(-1)  # [n, 1]
+            p_rows = target.rows_at(position, rows)  # [n, V] scratch, overwritten by the next chunk
+            q_rows = draft.rows_at(position, rows) if draft is not None else None  # [n, V] scratch
+            relax, ratio = _at_position(p_rows, q_rows, tokens, rule)  # [n] each
+            accept_prob[rows, position] = ratio.clamp(max=1.0)
+            kept = uniforms[rows, position] < ratio  # [n] u < p~(y)/q(y): keep the drafted token
+            stopped = (~kept).nonzero().squeeze(-1)
+            if stopped.numel():
+                if stopped.numel() < rows.numel():
+                    p_rows, tokens = p_rows.index_select(0, stopped), tokens.index_select(0, stopped)
+                    q_rows = q_rows.index_select(0, stopped) if q_rows is not None else None
+                    relax = type(relax)(*(coef.index_select(0, stopped) for coef in relax))
+                if deferred is not None:
+                    deferred.append((rows[stopped], p_rows.clone(), None if q_rows is None else q_rows.clone(),
+                                     tokens, relax))
+                else:
+                    ones = torch.ones(stopped.numel(), dtype=dtype, device=device)
+                    weights = _residual_weights(p_rows, q_rows, tokens, ones, ones, *relax)
+                    next_token[rows[stopped]] = sample_categorical(weights, u=draw_u[rows[stopped]])
+            still.append(rows[kept])
+        active = torch.cat(still) if len(still) > 1 else still[0]
         num_accepted[active] += 1
         if active.numel() == 0:
             break
-    return num_accepted, Relaxation(p_coef, q_coef, onehot_coef), accept_prob, (last_p, last_q)
+    if deferred:
+        rows, p_rows, q_rows, tokens = (None if parts[0] is None else torch.cat(parts) for parts in list(zip(*deferred))[:4])
+        relax = type(deferred[0][4])(*(torch.cat(coefs) for coefs in zip(*(part[4] for part in deferred))))
+        ones = torch.ones(rows.numel(), dtype=dtype, device=device)
+        weights = _residual_weights(p_rows, q_rows, tokens, ones, ones, *relax)
+        next_token[rows] = sample_categorical(weights, u=draw_u[rows])
+    for first in range(0, active.numel(), chunk):  # every draft accepted: the bonus from the unrelaxed p
+        rows = active[first : first + chunk]
+        next_token[rows] = sample_categorical(target.rows_at(block_len, rows), u=draw_u[rows])
+    return num_accepted, accept_prob, next_token
 
 
 def _block_verify(target, draft, draft_tokens, rule, uniforms):
@@ -340,35 +410,48 @@ def _sample_next(
         relaxed = torch.where(keep.unsqueeze(-1), fixed_rows, p_row)
         residual = relaxed * weight.unsqueeze(-1)
         residual.addcmul_(q_row, subtract.unsqueeze(-1), value=-1.0)
+        residual.clamp_(min=0.0)
+        empty = residual.sum(dim=-1) <= EMPTY_RESIDUAL  # [b]
+        if bool(empty.any()):  # C == q up to rounding: fall back to C
+            residual[empty] = relaxed[empty]
     else:
-        # w p~ - q = (w a) p + (w b - 1) q + (w c) onehot(y), for p~ = a p + b q + c onehot(y)
-        residual = p_row * (weight * p_coef).unsqueeze(-1)  # [b, V]
-        onehot_part = weight * onehot_coef
-        if q_row is not None:
-            residual.addcmul_(q_row, (weight * q_coef - subtract).unsqueeze(-1))
-        else:  # point mass: q = onehot(y)
-            onehot_part = onehot_part + weight * q_coef - subtract
-        residual.scatter_add_(-1, token_at, onehot_part.unsqueeze(-1).to(residual.dtype))
-    residual.clamp_(min=0.0)
-    empty = residual.sum(dim=-1) <= EMPTY_RESIDUAL  # [b]
-    if bool(empty.any()):  # p~ == q up to rounding: fall back to the relaxed target
-        if fixed_rows is not None:
-            fallback = relaxed[empty]
-        else:
-            fallback = _relaxed_rows(p_row[empty], None if q_row is None else q_row[empty], token_at[empty, 0],
-                                     p_coef[empty], q_coef[empty], onehot_coef[empty])
-        residual[empty] = fallback
+        residual = _residual_weights(p_row, q_row, token_at, weight, subtract, p_coef, q_coef, onehot_coef)
     return sample_categorical(residual, generator)
 
 
-def sample_categorical(weights: torch.Tensor, generator=None, chunk: int = 2048) -> torch.Tensor:
+def _residual_weights(p_row, q_row, token_at, weight, subtract, p_coef, q_coef, onehot_coef) -> torch.Tensor:
+    """max(w p~ - s q, 0) on whole rows, [n, V], or p~ itself where that is numerically empty.
+
+    p~ = a p + b q + c onehot(y) (acceptance.Relaxation), so w p~ - s q = (w a) p + (w b - s) q +
+    (w c) onehot(y). w: 1 for token verification, p_tau for block; s: 1 at a rejection, 0 for the
+    bonus (with a, b, c = 1, 0, 0: the unrelaxed p). p_row, q_row: [n, V] (q_row None: point mass
+    on y); token_at: [n, 1]; the rest [n].
+    """
+    residual = p_row * (weight * p_coef).unsqueeze(-1)  # [n, V]
+    onehot_part = weight * onehot_coef
+    if q_row is not None:
+        residual.addcmul_(q_row, (weight * q_coef - subtract).unsqueeze(-1))
+    else:  # point mass: q = onehot(y)
+        onehot_part = onehot_part + weight * q_coef - subtract
+    residual.scatter_add_(-1, token_at, onehot_part.unsqueeze(-1).to(residual.dtype))
+    residual.clamp_(min=0.0)
+    empty = residual.sum(dim=-1) <= EMPTY_RESIDUAL  # [n]
+    if bool(empty.any()):  # p~ == q up to rounding: fall back to the relaxed target
+        residual[empty] = _relaxed_rows(p_row[empty], None if q_row is None else q_row[empty], token_at[empty, 0],
+                                        p_coef[empty], q_coef[empty], onehot_coef[empty])
+    return residual
+
+
+def sample_categorical(weights: torch.Tensor, generator=None, chunk: int = 2048, u: torch.Tensor | None = None) -> torch.Tensor:
     """One draw per row from unnormalised non-negative weights, [b, V], by inverse CDF in float64.
 
     Two levels, so the whole row is read once: pick a chunk of `chunk` tokens from the chunk
-    totals, then a token inside that chunk from its own cumulative sum.
+    totals, then a token inside that chunk from its own cumulative sum. u: [b, 1] float64
+    uniforms, drawn from `generator` when not given.
     """
     batch, vocab = weights.shape
-    u = torch.rand(batch, 1, generator=generator, device=weights.device, dtype=torch.float64)
+    if u is None:
+        u = torch.rand(batch, 1, generator=generator, device=weights.device, dtype=torch.float64)
     if vocab <= chunk:
         cdf = weights.to(torch.float64).cumsum(dim=-1)  # [b, V]
         index = torch.searchsorted(cdf, u * cdf[:, -1:], right=True).squeeze(-1)

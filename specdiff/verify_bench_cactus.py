@@ -17,12 +17,12 @@ resident set before it, over the bytes of the input tensors.
 from __future__ import annotations
 
 import json
-import statistics
 import subprocess
 import sys
-import time
 
 import torch
+
+from specdiff.eval.timing import interleaved_median_ms
 
 TIME_TARGET = 5.0  # block / token
 MEMORY_TARGET = 4.0  # (inputs + peak extra during the block call) / inputs
@@ -50,15 +50,8 @@ def _call(method: str, inputs, delta: float, seed: int):
 
 def time_methods(inputs, delta: float = 0.5, repeats: int = 3) -> dict:
     """Median wall seconds of token and block Cactus on the same inputs, interleaved after a warm-up."""
-    seconds = {"token": [], "block": []}
-    for method in seconds:
-        _call(method, inputs, delta, 0)
-    for repeat in range(repeats):
-        for method in seconds:
-            start = time.perf_counter()
-            _call(method, inputs, delta, repeat + 1)
-            seconds[method].append(time.perf_counter() - start)
-    return {method: statistics.median(values) for method, values in seconds.items()}
+    calls = {method: (lambda method=method: _call(method, inputs, delta, 1)) for method in ("token", "block")}
+    return {method: ms / 1e3 for method, ms in interleaved_median_ms(calls, repeats).items()}
 
 
 def _status_kib(field: str) -> int:

@@ -11,8 +11,10 @@ torch thread count; ratios compare runs made side by side in this one process.
 from __future__ import annotations
 
 import json
-import statistics
-import time
+import os
+
+from specdiff.argtypes import positive_int
+from specdiff.eval.timing import interleaved_median_ms
 
 
 def register(subparsers) -> None:
@@ -20,11 +22,12 @@ def register(subparsers) -> None:
     which = bench.add_subparsers(dest="bench_target", metavar="TARGET")
     verify = which.add_parser("verify", help="time verify() against transformers' speculative sampling and a read-once floor")
     verify.add_argument("--json", action="store_true", help="print only the JSON result")
-    verify.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
-    verify.add_argument("--repeats", type=int, default=7, help="timed repeats per case; the median is reported")
-    verify.add_argument("--block", type=int, default=16, help="draft length B (default 16)")
-    verify.add_argument("--vocab", type=int, nargs="+", default=[151_936, 32_000], help="vocabulary sizes")
-    verify.add_argument("--batch", type=int, nargs="+", default=[1, 8], help="batch sizes")
+    verify.add_argument("--threads", type=positive_int, default=min(2, os.cpu_count() or 1),
+                        help="torch threads (default: min(2, cores))")
+    verify.add_argument("--repeats", type=positive_int, default=7, help="timed repeats per case; the median is reported")
+    verify.add_argument("--block", type=positive_int, default=16, help="draft length B (default 16)")
+    verify.add_argument("--vocab", type=positive_int, nargs="+", default=[151_936, 32_000], help="vocabulary sizes")
+    verify.add_argument("--batch", type=positive_int, nargs="+", default=[1, 8], help="batch sizes")
     verify.add_argument("--delta", type=float, default=0.5, help="Cactus KL budget for the Cactus timing")
     verify.add_argument("--seed", type=int, default=0)
     verify.set_defaults(handler=run_verify_bench)
@@ -32,20 +35,6 @@ def register(subparsers) -> None:
 
     bench_speedup.register(which)
     bench.set_defaults(handler=lambda args: (bench.print_help(), 0)[1])
-
-
-def _interleaved_median_ms(functions: dict, repeats: int) -> dict:
-    """Median wall time of each function in ms, timed round-robin so that load from other
-    processes falls on all of them alike. One warm-up call each first."""
-    for fn in functions.values():
-        fn()
-    times = {name: [] for name in functions}
-    for _ in range(repeats):
-        for name, fn in functions.items():
-            start = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - start)
-    return {name: 1e3 * statistics.median(values) for name, values in times.items()}
 
 
 def bench_case(batch: int, vocab: int, block_len: int, repeats: int, delta: float, seed: int) -> dict:
@@ -72,7 +61,7 @@ def bench_case(batch: int, vocab: int, block_len: int, repeats: int, delta: floa
     def floor():
         return target_logits.sum(), draft_logits.sum()
 
-    timings = _interleaved_median_ms(
+    timings = interleaved_median_ms(
         {
             "lossless": ours(sd.Lossless()),
             "cactus": ours(sd.Cactus(delta)),
@@ -92,7 +81,7 @@ def bench_case(batch: int, vocab: int, block_len: int, repeats: int, delta: floa
     # Equal work: with q = p every row accepts all B drafted tokens under both rules, so both
     # normalise the same rows and the difference is the rule itself (the Cactus solve).
     equal_draft_logits = target_logits[:, :block_len].clone()
-    equal = _interleaved_median_ms(
+    equal = interleaved_median_ms(
         {
             "lossless": lambda: sd.verify(draft_tokens, equal_draft_logits, target_logits, inputs="logits", generator=generator),
             "cactus": lambda: sd.verify(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 
+from specdiff.argtypes import positive_int
 from specdiff.commands import rules_demo
 
 
@@ -49,9 +50,12 @@ def register(subparsers) -> None:
                       help="accuracy against throughput (default demo_frontier.png; '' for none)")
     demo.add_argument("--rules", action="store_true", help="the synthetic demo of every acceptance rule instead")
     rules = demo.add_argument_group("--rules options")
-    rules.add_argument("--samples", type=int, default=100_000, help="rows verified per rule and method")
-    rules.add_argument("--vocab", type=int, default=64, help="vocabulary size of the synthetic pair")
-    rules.add_argument("--block", type=int, default=4, help="draft length B for the token/block comparison")
+    rules.add_argument("--samples", type=positive_int, default=None,
+                       help="rows verified per rule (default: 100,000, fewer for a large --vocab so that a rule "
+                            "takes seconds: max(1,000, min(100,000, 2^24 / V)))")
+    rules.add_argument("--vocab", type=rules_demo.vocab_size, default=64,
+                       help=f"vocabulary size V of the synthetic pair, 2..{rules_demo.MAX_VOCAB:,} (default 64)")
+    rules.add_argument("--block", type=positive_int, default=4, help="draft length B for the token/block comparison")
     demo.set_defaults(handler=run)
 
 

@@ -174,14 +174,16 @@ def _sample(args) -> int:
     samples, stats = _run(args, target, args.method, args.num_samples)
     payload = {"model": args.model, "method": args.method, **stats.summary()}
     if args.out:
-        payload["out"] = _save_samples(samples, args.out, args.model)
+        title = (f"{args.model}: method {args.method}, K = {args.steps}, churn {args.churn}, gamma {args.gamma}, "
+                 f"seed {args.seed}")
+        payload["out"] = _save_samples(samples, args.out, args.model, title)
     _print(args, payload)
     return 0
 
 
-def _save_samples(samples, path, model) -> str:
-    """Writes samples [n, d] to `path` as the suffix says (.png grid, .npy array, .npz with key
-    "samples"); returns the path written, which is `path` itself (numpy appends nothing to these)."""
+def _save_samples(samples, path, model, title: str | None = None) -> str:
+    """Writes samples [n, d] to `path` as the suffix says (.png grid titled `title`, .npy array, .npz
+    with key "samples"); returns the path written, which is `path` itself (numpy appends nothing)."""
     import numpy as np
 
     if path.lower().endswith(".png") and model == "digits":
@@ -193,12 +195,15 @@ def _save_samples(samples, path, model) -> str:
         images = samples.reshape(-1, 8, 8).clamp(-1, 1).numpy()
         cols = min(8, images.shape[0])
         rows = -(-images.shape[0] // cols)
-        fig, axes = plt.subplots(rows, cols, figsize=(cols, rows), squeeze=False)
+        fig, axes = plt.subplots(rows, cols, figsize=(max(cols, 4), rows + 0.6), squeeze=False)
         for ax in axes.flat:
             ax.axis("off")
         for ax, image in zip(axes.flat, images):
             ax.imshow(image, cmap="gray_r", vmin=-1, vmax=1)
+        if title:
+            fig.suptitle(title, fontsize=8)
         fig.savefig(path, dpi=80)
+        plt.close(fig)
     elif path.lower().endswith(".npy"):
         np.save(path, samples.numpy())
     elif path.lower().endswith(".npz"):
@@ -223,8 +228,31 @@ def _eval(args) -> int:
         if args.model == "digits":
             entry["fd"] = digits_frechet_distance(samples)
         payload["methods"][method] = entry
-    _print(args, payload)
+    if args.json:
+        print(json.dumps(payload, indent=1))
+    else:
+        print(eval_table(payload), end="")
     return 0
+
+
+def eval_table(payload: dict) -> str:
+    """`continuous eval`'s result as text: one line of settings, then one row per method.
+
+    block efficiency: mean states accepted per target call; min p-value: the smallest two-sample
+    p-value of the method's samples against DDPM's over random 1-D projections (exact methods stay
+    well above 0.01); FD: Frechet distance on the digits classifier's features (digits only).
+    """
+    head = (f"{payload['model']}, K = {payload['steps']}, churn {payload['churn']}, "
+            f"{payload['num_samples']} samples per method")
+    if "ddpm_fd" in payload:
+        head += f"; DDPM FD {payload['ddpm_fd']:.3f}"
+    lines = [head, f"{'method':<8}{'block efficiency':>18}{'min p-value vs DDPM':>22}" + (f"{'FD':>10}" if "ddpm_fd" in payload else "")]
+    for method, entry in payload["methods"].items():
+        line = f"{method:<8}{entry['block_efficiency']:>18.3f}{entry['min_projection_pvalue_vs_ddpm']:>22.4f}"
+        if "fd" in entry:
+            line += f"{entry['fd']:>10.3f}"
+        lines.append(line)
+    return "\n".join(lines) + "\n"
 
 
 def _bench(args) -> int:
@@ -256,6 +284,7 @@ def _bench(args) -> int:
     if args.json:
         print(json.dumps(result, indent=1))
     else:
+        print(markdown_table(result), end="")
         print(json.dumps({"wall_seconds": result["wall_seconds"], "units": result["units"],
                           "targets_at_K250": result["targets_at_K250"]}, indent=1))
     return 0

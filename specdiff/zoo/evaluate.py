@@ -20,6 +20,7 @@ import time
 import torch
 
 from specdiff.eval import tasks
+from specdiff.eval.timing import interleaved_median_ms, median_ms
 from specdiff.lm.masks import left_pad
 from specdiff.zoo import configs
 
@@ -66,17 +67,6 @@ def generate_answers(model, tokenizer, name: str, prompts: list[str], greedy: bo
     return (texts, id_rows) if return_ids else texts
 
 
-def _median_ms(fn, repeats: int = 30, warmup: int = 5) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return 1000 * statistics.median(times)
-
-
 def step_fn(model, name: str, typical_length: int):
     """A no-argument function that runs one step of zoo model `name` at batch 1 on random tokens of the
     typical length (see module docstring); the masked drafter's step projects only the B = 16 block
@@ -107,7 +97,7 @@ def step_fn(model, name: str, typical_length: int):
 @torch.no_grad()
 def step_ms(model, name: str, typical_length: int, repeats: int = 30) -> float:
     """Milliseconds of one step of zoo model `name` at batch 1 (median of `repeats` after 5 warm-ups)."""
-    return _median_ms(step_fn(model, name, typical_length), repeats)
+    return median_ms(step_fn(model, name, typical_length), repeats, warmup=5)
 
 
 @torch.no_grad()
@@ -116,14 +106,7 @@ def speed_ratio(verifier, drafter, typical_length: int, repeats: int = 60, warmu
     so both see the same machine load. Returns the median ms of each and their ratio."""
     calls = {"masked_step_ms": step_fn(drafter, "masked-drafter", typical_length),
              "verifier_round_ms": step_fn(verifier, "verifier", typical_length)}
-    times = {key: [] for key in calls}
-    for i in range(warmup + repeats):
-        for key, fn in calls.items():
-            start = time.perf_counter()
-            fn()
-            if i >= warmup:
-                times[key].append(time.perf_counter() - start)
-    out = {key: round(1000 * statistics.median(t), 3) for key, t in times.items()}
+    out = {key: round(ms, 3) for key, ms in interleaved_median_ms(calls, repeats, warmup).items()}
     out["masked_step_over_verifier_round"] = round(out["masked_step_ms"] / out["verifier_round_ms"], 3)
     return out
 
