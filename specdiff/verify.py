@@ -17,8 +17,6 @@ target.
 """
 from __future__ import annotations
 
-import sys
-import types
 from dataclasses import dataclass
 
 import torch
@@ -529,13 +527,3 @@ def _check_shapes(draft_tokens, draft_probs, target_probs) -> tuple[int, int]:
         raise ValueError(f"draft_tokens must lie in [0, {vocab}) (the vocabulary size)")
     return batch, block_len
 
-
-class _CallableModule(types.ModuleType):
-    """`specdiff.verify` names both this module and its function. Importing the module sets the
-    package attribute to the module, so the module is callable too: `sd.verify(...)` always works."""
-
-    def __call__(self, *args, **kwargs):
-        return verify(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule
