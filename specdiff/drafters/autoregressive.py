@@ -14,7 +14,7 @@ import torch
 from specdiff.drafters.base import Draft, Drafter
 from specdiff.lm.cache import cache_kwargs, keep_columns, new_cache
 from specdiff.lm.masks import position_ids
-from specdiff.lm.sampling import check_finite, check_sampling, sampling_probs
+from specdiff.lm.sampling import check_finite, check_sampling, sample_rows, sampling_probs
 
 
 class AutoregressiveDrafter(Drafter):
@@ -46,7 +46,7 @@ class AutoregressiveDrafter(Drafter):
         tokens, probs = [], []
         for i in range(block_size):
             step_probs = sampling_probs(logits, self.temperature, self.top_p, self.top_k)  # [b, V]
-            token = torch.multinomial(step_probs, 1, generator=generator)  # [b, 1]
+            token = sample_rows(step_probs, generator)[:, None]  # [b, 1]
             tokens.append(token)
             probs.append(step_probs)
             if i + 1 < block_size:  # the last drafted token is never fed: the verifier decides its successor

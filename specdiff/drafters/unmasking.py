@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from specdiff.lm.sampling import check_finite, sampling_probs
+from specdiff.lm.sampling import check_finite, sample_rows, sampling_probs
 
 ORDERS = ("entropy", "confidence", "margin", "random", "left_to_right")
 
@@ -41,14 +41,14 @@ def unmask_canvas(step_logits, canvas: torch.Tensor, mask_token_id: int, steps: 
         if mask_token_id < logits.shape[-1]:
             logits[..., mask_token_id] = float("-inf")  # never propose the mask token
         probs = sampling_probs(logits, temperature, top_p, top_k)  # [b, B, V]
-        sampled = torch.multinomial(probs.view(-1, probs.shape[-1]), 1, generator=generator).view(batch, block)
+        sampled = sample_rows(probs, generator)  # [b, B]
         score = order_score(order, logits, sampled, generator).masked_fill(~still_masked, float("-inf"))
-        best = score.argmax(-1, keepdim=True)  # [b, 1]: at least one position per step
         if threshold is None:
             chosen = score.topk(counts[step], dim=-1).indices  # [b, k]
             unmask = torch.zeros_like(still_masked).scatter_(1, chosen, True)
         else:
             confident = probs.gather(-1, sampled[..., None]).squeeze(-1) > threshold  # [b, B]
+            best = score.argmax(-1, keepdim=True)  # [b, 1]: at least one position per step
             unmask = confident | torch.zeros_like(still_masked).scatter_(1, best, True)
         unmask &= still_masked
         canvas = torch.where(unmask, sampled, canvas)

@@ -1,7 +1,8 @@
 """What speculative generation is compared against, on the same prompts and sampling settings:
 
 - `autoregressive_generate`: plain decoding of the verifier with its KV cache, one token per
-  forward, the minimal loop (prefill, then sample and feed one token at a time);
+  forward, the minimal loop (prefill, then sample and feed one token at a time), with the same
+  sampling code (`lm.sampling`) as the speculative engine, so that neither side gains from it;
 - `hf_generate`: Hugging Face `generate(do_sample=True)`, optionally with `assistant_model=`
   (transformers' assisted generation, its speculative decoding), one prompt at a time.
 
@@ -15,7 +16,7 @@ import torch
 
 from specdiff.lm.cache import cache_kwargs, new_cache
 from specdiff.lm.masks import left_pad, position_ids
-from specdiff.lm.sampling import sampling_probs
+from specdiff.lm.sampling import sample_rows, sampling_probs
 
 
 @torch.no_grad()
@@ -35,7 +36,7 @@ def autoregressive_generate(model, rows: list[list[int]], max_new_tokens: int, e
     done = torch.zeros(len(rows), dtype=torch.bool, device=device)
     eos = torch.tensor(sorted(eos_token_ids) or [-1], device=device)
     for _ in range(max_new_tokens):
-        token = torch.multinomial(sampling_probs(logits, temperature, top_p, top_k), 1, generator=generator)  # [b, 1]
+        token = sample_rows(sampling_probs(logits, temperature, top_p, top_k), generator)[:, None]  # [b, 1]
         for row, value in enumerate(token.squeeze(1).tolist()):
             if not done[row]:
                 outputs[row].append(value)

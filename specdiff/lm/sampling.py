@@ -18,20 +18,48 @@ def check_sampling(temperature: float, top_p: float, top_k: int, who: str) -> No
         raise ValueError(f"{who}: top_k must be an integer >= 0 (0: off), got {top_k}")
 
 
+TOP_P_CANDIDATES = 32  # the nucleus is looked for among the 32 most likely tokens first
+
+
 def filter_logits(logits: torch.Tensor, top_p: float = 1.0, top_k: int = 0) -> torch.Tensor:
     """Top-k then nucleus (top-p) filtering of logits [..., V]: removed entries become -inf.
     Top-p keeps the smallest set of most likely tokens whose mass reaches top_p; the most likely
-    token always survives."""
-    if top_k and top_k < logits.shape[-1]:
-        kth = logits.topk(top_k, dim=-1).values[..., -1:]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    if top_p < 1.0:
-        sorted_logits = logits.sort(dim=-1, descending=True).values
-        sorted_probs = sorted_logits.softmax(-1)
-        kept = (sorted_probs.cumsum(-1) - sorted_probs < top_p).sum(-1, keepdim=True)  # >= 1: mass before < top_p
-        cutoff = sorted_logits.gather(-1, kept - 1)  # the least likely kept logit
-        logits = logits.masked_fill(logits < cutoff, float("-inf"))
-    return logits
+    token always survives. Ties at a cut are kept, as transformers' warpers keep them.
+
+    The nucleus is found among the top-k (or the 32 most likely) tokens without sorting the whole
+    vocabulary; a row whose nucleus is wider than that falls back to the full sort."""
+    vocab = logits.shape[-1]
+    top_k = int(top_k) if top_k and top_k < vocab else 0
+    if top_p >= 1.0:
+        if top_k:
+            kth = logits.topk(top_k, dim=-1).values[..., -1:]
+            logits = logits.masked_fill(logits < kth, float("-inf"))
+        return logits
+    candidates = logits.topk(top_k or min(vocab, TOP_P_CANDIDATES), dim=-1).values  # [..., k], descending
+    if top_k:
+        logits = logits.masked_fill(logits < candidates[..., -1:], float("-inf"))
+    probs = (candidates - logits.logsumexp(-1, keepdim=True)).exp()  # [..., k]: their probabilities
+    cumulative = probs.cumsum(-1)
+    if bool((cumulative[..., -1] < top_p).any()):  # some nucleus is wider than the candidates
+        candidates = logits.sort(dim=-1, descending=True).values
+        probs = candidates.softmax(-1)
+        cumulative = probs.cumsum(-1)
+    kept = (cumulative - probs < top_p).sum(-1, keepdim=True)  # >= 1: the mass before each kept token < top_p
+    cutoff = candidates.gather(-1, kept - 1)  # the least likely kept logit
+    return logits.masked_fill(logits < cutoff, float("-inf"))
+
+
+def sample_rows(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """One draw from each row of probs [..., V] (rows summing to 1 up to rounding) -> indices [...].
+
+    Inverse CDF: the first index whose cumulative mass exceeds u * total, u ~ U[0, 1); a token of
+    probability 0 is never drawn (its cumulative mass equals its predecessor's). Cheaper than
+    torch.multinomial for the few rows of a draft."""
+    cumulative = probs.double().cumsum(-1)  # [..., V]
+    u = torch.rand(probs.shape[:-1] + (1,), generator=generator, device=probs.device, dtype=torch.float64)
+    index = (cumulative <= u * cumulative[..., -1:]).sum(-1)  # [...]
+    last_positive = probs.shape[-1] - 1 - (probs.flip(-1) > 0).to(torch.uint8).argmax(-1)
+    return torch.minimum(index, last_positive)  # u * total rounding up to the total
 
 
 def sampling_logits(logits: torch.Tensor, temperature: float, top_p: float = 1.0, top_k: int = 0) -> torch.Tensor:

@@ -253,7 +253,8 @@ def test_memory_is_flat_across_a_1000_token_generation():
         assert drafter_columns <= verifier_columns + 1  # the drafter caches no rejected draft either
 
 
-@pytest.mark.parametrize("temperature, top_p, top_k", [(0.7, 0.8, 20), (1.0, 0.95, 0), (0.5, 1.0, 5), (1.3, 0.3, 0)])
+@pytest.mark.parametrize("temperature, top_p, top_k", [(0.7, 0.8, 20), (1.0, 0.95, 0), (0.5, 1.0, 5), (1.3, 0.3, 0),
+                                                       (8.0, 0.99, 0), (8.0, 0.99, 100), (0.2, 0.95, 0)])
 def test_sampling_settings_shape_p_as_transformers_generate(temperature, top_p, top_k):
     """The verifier's p: temperature, then top-k, then top-p, as transformers' logits warpers apply them."""
     from transformers.generation.logits_process import (TemperatureLogitsWarper, TopKLogitsWarper,
@@ -268,3 +269,21 @@ def test_sampling_settings_shape_p_as_transformers_generate(temperature, top_p, 
     if top_p < 1:
         expected = TopPLogitsWarper(top_p)(None, expected)
     assert torch.allclose(sampling_probs(logits, temperature, top_p, top_k), torch.softmax(expected, -1), atol=1e-6)
+
+
+def test_sample_rows_draws_each_row_from_its_distribution():
+    from scipy import stats
+
+    from specdiff.lm.sampling import sample_rows
+
+    probs = torch.tensor([[0.5, 0.0, 0.3, 0.2], [0.0, 0.0, 1.0, 0.0], [0.1, 0.2, 0.3, 0.4]], dtype=torch.float32)
+    draws = sample_rows(probs.expand(20_000, 3, 4), torch.Generator().manual_seed(0))  # [20000, 3]
+    for row in range(3):
+        counts = torch.bincount(draws[:, row], minlength=4).double()
+        assert counts[probs[row] == 0].sum() == 0  # never a token of probability 0
+        keep = probs[row] > 0
+        if keep.sum() == 1:
+            assert counts[keep].item() == 20_000
+            continue
+        expected = probs[row][keep].double() / probs[row][keep].double().sum() * 20_000
+        assert stats.chisquare(counts[keep].numpy(), expected.numpy()).pvalue > 1e-4
