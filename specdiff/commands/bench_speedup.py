@@ -95,7 +95,18 @@ def _tune(args, cache, problems, say):
         grid.append({"config": config.as_dict(), "tokens_per_s": result["tokens_per_s"],
                      "tokens_per_round": result["tokens_per_round"], "accuracy": result["accuracy"]})
         say(f"tune {config.name}: {result['tokens_per_s']:.0f} tokens/s, {result['tokens_per_round']:.2f} tokens/round")
-    best = max(grid, key=lambda row: row["tokens_per_s"])["config"]
+    # the grid's single runs are a few percent noisy: re-measure the leaders interleaved, keep the best median
+    leaders = sorted(grid, key=lambda row: -row["tokens_per_s"])[:4]
+    rerun = {row["config"]["name"]: [row["tokens_per_s"]] for row in leaders}
+    for _ in range(2):
+        for row in leaders:
+            config = RunConfig(**row["config"])
+            rerun[config.name].append(run_config(config, prompts, None, cache, args.max_new_tokens,
+                                                 seed=args.seed)["tokens_per_s"])
+    for row in leaders:
+        row["tokens_per_s_rerun_median"] = statistics.median(rerun[row["config"]["name"]])
+    best = max(leaders, key=lambda row: row["tokens_per_s_rerun_median"])["config"]
+    say(f"tuned: {best['name']}")
     ar_rows = []
     for block in (4, 8, 12):
         config = RunConfig(f"ar-drafter B={block}", drafter="ar-drafter", block_size=block)
