@@ -43,6 +43,8 @@ def register(targets) -> None:
     speedup.add_argument("--caches", nargs="+", default=["off", "round", "persistent"],
                          choices=["off", "round", "persistent"], help="masked drafter prefix caches in the grid")
     speedup.add_argument("--seed", type=int, default=0)
+    speedup.add_argument("--first-problem", type=int, default=0,
+                         help="measure test problems [first, first + problems): re-measure on other problems")
     speedup.set_defaults(handler=run)
 
 
@@ -63,7 +65,9 @@ def run(args) -> int:
     cache = ModelCache()
     say = (lambda *a: None) if args.json else (lambda *a: print(*a, flush=True))
     tune = tasks.arith_problems("validation", args.tune_problems)
-    test = tasks.arith_problems("test", args.problems)
+    if args.first_problem < 0:
+        raise ValueError(f"--first-problem must be >= 0, got {args.first_problem}")
+    test = tasks.arith_problems("test", args.first_problem + args.problems)[args.first_problem:]
     best, best_ar, grid = _tune(args, cache, tune, say)
     methods = _methods(best, best_ar, cache, args.max_new_tokens)
     runs = {name: [] for name in methods}
@@ -214,7 +218,7 @@ def _report(args, runs, best, best_ar, grid) -> dict:
                     "note": "per round of `spec`: draft_ms drafting, verify_ms the verifier's forward, overhead_ms "
                             "everything else (accept_ms of it is the acceptance rule)"},
         "tuning_grid": grid,
-        "problems": args.problems, "tune_problems": args.tune_problems, "repeats": args.repeats,
+        "problems": args.problems, "first_problem": args.first_problem, "tune_problems": args.tune_problems, "repeats": args.repeats,
         "max_new_tokens": args.max_new_tokens, "threads": args.threads, "seed": args.seed,
         "tuned_on": "arith validation", "measured_on": "arith test",
     }
