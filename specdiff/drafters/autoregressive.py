@@ -27,12 +27,13 @@ class AutoregressiveDrafter(Drafter):
         self.model, self.temperature, self.top_p, self.top_k = model, temperature, top_p, top_k
         self.cache, self.cache_mask, self.drafted_in_cache = None, None, 0
 
+    @torch.inference_mode()
     def start(self, ids, key_mask, verifier_hidden=None) -> None:
         self.cache = new_cache(self.model)
         self.cache_mask = key_mask[:, :0]  # [b, 0]: which cache columns hold real tokens
         self.drafted_in_cache = 0
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def propose(self, ids: torch.Tensor, key_mask: torch.Tensor, block_size: int,
                 generator: torch.Generator | None = None) -> Draft:
         """ids [b, L] committed tokens, left-padded. Returns Draft(tokens [b, B], probs [b, B, V])."""
@@ -65,6 +66,7 @@ class AutoregressiveDrafter(Drafter):
         check_finite(out.logits, "drafter")
         return self.trim(out.logits[:, -1]).float()
 
+    @torch.inference_mode()
     def commit(self, num_accepted: torch.Tensor, verifier_hidden=None) -> None:
         """Keeps the cached drafted tokens that were accepted; drops the rest and skipped columns."""
         drafted = self.drafted_in_cache
@@ -80,6 +82,7 @@ class AutoregressiveDrafter(Drafter):
             keep[:, -drafted:] &= torch.arange(drafted, device=keep.device)[None, :] < num_accepted[:, None]
         self.cache_mask = keep_columns(self.cache, keep)
 
+    @torch.inference_mode()
     def select(self, rows: torch.Tensor) -> None:
         self.cache.batch_select_indices(rows)
         self.cache_mask = keep_columns(self.cache, self.cache_mask[rows])

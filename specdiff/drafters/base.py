@@ -75,6 +75,7 @@ class Drafter:
         config = config.get_text_config() if config is not None else None
         return getattr(config, "max_position_embeddings", None)
 
+    @torch.inference_mode()
     def start(self, ids: torch.Tensor, key_mask: torch.Tensor,
               verifier_hidden: torch.Tensor | None = None) -> None:
         """Begin on a batch of prompts: ids [b, P] left-padded, key_mask [b, P] bool."""
@@ -84,9 +85,11 @@ class Drafter:
         """Propose block_size tokens after each row of the committed tokens ids [b, L]."""
         raise NotImplementedError
 
+    @torch.inference_mode()
     def commit(self, num_accepted: torch.Tensor, verifier_hidden: torch.Tensor | None = None) -> None:
         """num_accepted [b]: how many leading tokens of the last proposal were accepted."""
 
+    @torch.inference_mode()
     def select(self, rows: torch.Tensor) -> None:
         """Keep only the batch rows `rows` [n] (the others finished)."""
 

@@ -62,6 +62,7 @@ class DFlashDrafter(Drafter):
     def max_length(self) -> int | None:
         return getattr(self.target.config, "max_position_embeddings", None)
 
+    @torch.inference_mode()
     def start(self, ids, key_mask, verifier_hidden=None) -> None:
         """verifier_hidden [b, P-1, H * layers]: the verifier's states of all prompt tokens but the last."""
         from transformers import DynamicCache
@@ -72,7 +73,7 @@ class DFlashDrafter(Drafter):
         self.cache, self.cache_mask = DynamicCache(), key_mask[:, :0]
         self.pending, self.pending_mask = verifier_hidden, key_mask[:, : verifier_hidden.shape[1]]
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def propose(self, ids: torch.Tensor, key_mask: torch.Tensor, block_size: int,
                 generator: torch.Generator | None = None) -> Draft:
         """ids [b, L] committed tokens, left-padded. Returns Draft(tokens [b, B], probs [b, B, V])."""
@@ -100,6 +101,7 @@ class DFlashDrafter(Drafter):
         tokens = torch.multinomial(probs.view(-1, probs.shape[-1]), 1, generator=generator).view(batch, block_size)
         return Draft(tokens=tokens, probs=probs)
 
+    @torch.inference_mode()
     def commit(self, num_accepted: torch.Tensor, verifier_hidden: torch.Tensor | None = None) -> None:
         """verifier_hidden [b, B + 1, H * layers]: row r's first num_accepted[r] + 1 are committed."""
         if verifier_hidden is None:
@@ -108,6 +110,7 @@ class DFlashDrafter(Drafter):
         columns = torch.arange(verifier_hidden.shape[1], device=verifier_hidden.device)[None, :]
         self.pending_mask = columns <= num_accepted[:, None]
 
+    @torch.inference_mode()
     def select(self, rows: torch.Tensor) -> None:
         self.cache.batch_select_indices(rows)
         self.cache_mask = keep_columns(self.cache, self.cache_mask[rows])

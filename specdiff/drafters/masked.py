@@ -88,7 +88,7 @@ class MaskedDiffusionDrafter(Drafter):
     def exact_marginal(self) -> bool:
         return self.threshold is None and (self.steps == 1 or self.order == "left_to_right")
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def propose(self, ids: torch.Tensor, key_mask: torch.Tensor, block_size: int,
                 generator: torch.Generator | None = None) -> Draft:
         """ids [b, L] committed tokens, left-padded; key_mask [b, L]. Returns Draft(tokens [b, B], probs [b, B, V])."""
@@ -117,15 +117,17 @@ class MaskedDiffusionDrafter(Drafter):
             return bidirectional_logits(model, tokens, key_mask, columns, shift, positions=positions, padded=padded)
         return step
 
+    @torch.inference_mode()
     def start(self, ids, key_mask, verifier_hidden=None) -> None:
         if self.prefix_cache == "persistent":
             self.persistent = PersistentPrefix(self.model, self.shift_logits, key_mask, self.committed_attention)
 
+    @torch.inference_mode()
     def select(self, rows: torch.Tensor) -> None:
         if self.prefix_cache == "persistent":
             self.persistent.select(rows)
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def generate(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, canvas_tokens: int,
                  steps: int | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
         """Standalone generation: a canvas of `canvas_tokens` masks after each left-padded prompt [b, P],

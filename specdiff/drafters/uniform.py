@@ -71,13 +71,14 @@ class UniformDiffusionDrafter(Drafter):
             return [last]
         return [first + (last - first) * k / (self.steps - 1) for k in range(self.steps)]
 
+    @torch.inference_mode()
     def start(self, ids, key_mask, verifier_hidden=None) -> None:
         from transformers import DynamicCache
 
         self.cache = DynamicCache()  # one full layer per model layer: sliding windows are applied by the masks
         self.cache_mask = key_mask[:, :0]  # [b, C]: which cache columns hold real tokens
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def propose(self, ids: torch.Tensor, key_mask: torch.Tensor, block_size: int,
                 generator: torch.Generator | None = None) -> Draft:
         """ids [b, L] committed tokens, left-padded; key_mask [b, L]. Returns Draft(tokens [b, B], probs [b, B, V])."""
@@ -121,9 +122,11 @@ class UniformDiffusionDrafter(Drafter):
                                  cache=self.cache)
         self.cache_mask = keep_columns(self.cache, full_mask)
 
+    @torch.inference_mode()
     def commit(self, num_accepted: torch.Tensor, verifier_hidden=None) -> None:
         """Nothing drafted was cached: the next `propose` encodes the accepted and correction tokens."""
 
+    @torch.inference_mode()
     def select(self, rows: torch.Tensor) -> None:
         self.cache.batch_select_indices(rows)
         self.cache_mask = keep_columns(self.cache, self.cache_mask[rows])

@@ -19,7 +19,7 @@ from specdiff.lm.masks import left_pad, position_ids
 from specdiff.lm.sampling import sample_rows, sampling_probs
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def autoregressive_generate(model, rows: list[list[int]], max_new_tokens: int, eos_token_ids: set[int],
                             temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0,
                             generator: torch.Generator | None = None, pad_token_id: int = 0):
@@ -51,7 +51,7 @@ def autoregressive_generate(model, rows: list[list[int]], max_new_tokens: int, e
     return outputs, time.perf_counter() - begin
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def hf_generate(model, rows: list[list[int]], max_new_tokens: int, eos_token_ids: set[int], temperature: float,
                 top_p: float, top_k: int, assistant_model=None, seed: int = 0):
     """transformers' generate(do_sample=True), one prompt at a time (assisted generation takes batch 1).

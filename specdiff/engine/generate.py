@@ -89,7 +89,7 @@ class SpeculativeGenerator:
         summary = summarize(stats, **totals)
         return GenerationOutput(texts=texts, token_ids=token_ids, stats=stats, summary=summary)
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def _generate_batch(self, rows: list[list[int]], budgets: list[int], generator, on_round=None):
         drafter, verifier, block = self.drafter, self.verifier, self.block_size
         begin = time.perf_counter()

@@ -41,7 +41,7 @@ class Verifier:
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def start(self, ids: torch.Tensor, key_mask: torch.Tensor,
               hidden_layers: tuple[int, ...] | None = None) -> torch.Tensor | None:
         """Prefills all of the left-padded prompts ids [b, P] but their last token (the first round's
@@ -53,7 +53,7 @@ class Verifier:
         _, hidden = self._forward(ids[:, :-1], key_mask[:, :-1], hidden_layers, logits=False)
         return hidden
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def score(self, chunk: torch.Tensor, hidden_layers: tuple[int, ...] | None = None):
         """chunk [b, n]: the last committed token and the drafted ones. Returns (logits [b, n, V], the
         sampling logits of p_1..p_n, and the chunk's hidden states [b, n, H*] or None)."""
@@ -62,6 +62,7 @@ class Verifier:
         check_finite(raw, "verifier", self.rounds)
         return sampling_logits(raw, self.temperature, self.top_p, self.top_k), hidden
 
+    @torch.inference_mode()
     def commit(self, num_kept: torch.Tensor) -> None:
         """num_kept [b]: keep the first num_kept[r] columns of the last scored chunk in row r's cache."""
         scored = self._last_chunk
@@ -75,6 +76,7 @@ class Verifier:
         keep[:, -scored:] = torch.arange(scored, device=keep.device)[None, :] < num_kept[:, None]
         self.cache_mask = keep_columns(self.cache, keep)
 
+    @torch.inference_mode()
     def select(self, rows: torch.Tensor) -> None:
         """Keep only the batch rows `rows` [n]."""
         self.cache.batch_select_indices(rows)
