@@ -47,7 +47,10 @@ def test_a_missing_subcommand_module_is_an_error(monkeypatch):
 def test_default_threads_follow_the_cores(monkeypatch, cores):
     monkeypatch.setattr(os, "cpu_count", lambda: cores)
     assert build_parser().parse_args(["bench", "verify"]).threads == min(2, cores)
-    assert build_parser().parse_args(["demo", "--rules"]).threads == min(2, cores)
+    from specdiff.commands.demo import default_threads
+
+    assert default_threads(build_parser().parse_args(["demo", "--rules"])) == min(2, cores)
+    assert default_threads(build_parser().parse_args(["demo"])) == 1  # the main job: per-op bound, see --help
 
 
 def _fake_bench_result():

@@ -60,9 +60,15 @@ def register(subparsers) -> None:
     demo.set_defaults(handler=run)
 
 
+def default_threads(args) -> int:
+    """--threads when not given: 1 for the main job (see its help), min(2, cores) for --rules."""
+    if args.threads is not None:
+        return args.threads
+    return min(2, os.cpu_count() or 1) if args.rules else 1
+
+
 def run(args) -> int:
-    if args.threads is None:
-        args.threads = min(2, os.cpu_count() or 1) if args.rules else 1
+    args.threads = default_threads(args)
     for flag in ("problems", "max_new_tokens", "threads"):
         if getattr(args, flag) < 1:
             raise ValueError(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")
