@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         code = int(args.handler(args) or 0)
         sys.stdout.flush()  # a closed pipe shows up here, not at interpreter exit
         return code
-    except ValueError as error:
+    except (ValueError, FileNotFoundError) as error:  # bad input, or a model not trained / not on disk
         print(f"specdiff {args.command}: error: {error}", file=sys.stderr)
         return 2
     except BrokenPipeError:

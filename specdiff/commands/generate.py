@@ -9,7 +9,9 @@ import os
 
 def add_generation_flags(parser) -> None:
     """The flags of one generation configuration (shared with `specdiff eval` and the bench)."""
-    parser.add_argument("--drafter", default="masked-drafter", help="zoo name or local path (default masked-drafter)")
+    parser.add_argument("--drafter", default="masked-drafter",
+                        help="a drafter kind (masked, ar, uniform, block, dflash: its zoo model), a zoo name or a "
+                             "local path (default masked-drafter)")
     parser.add_argument("--verifier", default="verifier", help="zoo name or local path (default verifier)")
     parser.add_argument("--steps", "-K", type=int, default=1, help="denoising steps K per round (default 1)")
     parser.add_argument("--threshold", "--tau", type=float, default=None,

@@ -64,6 +64,8 @@ class ModelCache:
     def get(self, name: str, role: str, **options):
         from specdiff import models
 
+        if role == "drafter":
+            name = models.DRAFTER_KINDS.get(name, name)  # "masked", "ar", ...: the zoo model of that kind
         if name not in self.models:
             model, *rest = models.load_model(name)
             if self.device is not None:
@@ -74,6 +76,7 @@ class ModelCache:
     def tokenizer(self, name: str):
         from specdiff import models
 
+        name = models.DRAFTER_KINDS.get(name, name)
         if name not in self.tokenizers:
             self.tokenizers[name] = models.load_tokenizer(name)
         return self.tokenizers[name]

@@ -39,6 +39,7 @@ def test_generate_json_with_zoo_models(tmp_path, capsys):
     (["generate", "x", "--tau", "1.5"], "--threshold"), (["generate", "x", "--max-new-tokens", "0"], "--max-new-tokens"),
     (["generate", "x", "--rule", "linear", "--leniency", "2"], "leniency"),
     (["generate", "x", "--drafter", "no-such-model"], "unknown model"),
+    (["generate", "x", "--drafter", "block", "--max-new-tokens", "4"], "specdiff zoo train block-drafter"),
     (["generate"], "no prompts"),
     (["demo", "--problems", "0"], "--problems"),
     (["demo", "--plot", "/no/such/dir/p.png"], "--plot"),
