@@ -8,6 +8,14 @@ import torch
 
 from specdiff.lm.sampling import sampling_probs
 
+# The end-to-end exactness checks (tests/engine/test_exactness.py, test_drafters_exactness.py): a verifier
+# over VOCAB tokens, the law of its first LENGTH sampled tokens (VOCAB ** LENGTH = 64 sequences), ROWS rows
+# of one prompt in one batched call. An exact sampler's expected TV is <= 0.4 sqrt(64 / ROWS) = 0.016.
+VOCAB, LENGTH, ROWS = 4, 3, 40_000
+TV_TOLERANCE = 0.03
+PROMPT = [1, 2, 0, 3]
+SAMPLING = dict(temperature=0.9, top_p=0.95, top_k=0)
+
 
 def tiny_qwen3(vocab: int = 4, seed: int = 0, layers: int = 1, logit_scale: float = 1.5, context: int = 64,
                bidirectional: bool = False):
@@ -81,3 +89,13 @@ def tiny_dflash(target, block: int = 4, seed: int = 0, layers=(0, 1), mask_token
         target_layer_ids=list(layers), bos_token_id=None, eos_token_id=None, pad_token_id=0)
     torch.manual_seed(seed)
     return MuseGlimmerAssistantModel(config).eval()
+
+
+def assert_matches_exact(rows: list[list[int]], exact: torch.Tensor, label: str) -> None:
+    """The rows' first LENGTH tokens follow `exact` [VOCAB ** LENGTH]: TV <= TV_TOLERANCE, chi-square p >= 1e-4."""
+    from exactness import chi_square_pvalue, histogram, total_variation_to
+
+    counts = histogram(sequence_index(rows, VOCAB, LENGTH), VOCAB ** LENGTH)
+    tv = total_variation_to(counts, exact.to(counts.dtype))
+    pvalue = chi_square_pvalue(counts, exact.to(counts.dtype))
+    assert tv <= TV_TOLERANCE and pvalue >= 1e-4, f"{label}: TV {tv:.4f}, chi-square p {pvalue:.2e}"

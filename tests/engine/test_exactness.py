@@ -13,14 +13,11 @@ from __future__ import annotations
 import pytest
 import torch
 from exactness import chi_square_pvalue, histogram, total_variation_to
-from tiny_models import exact_continuations, sequence_index, tiny_qwen3
+from tiny_models import (LENGTH, PROMPT, ROWS, SAMPLING, TV_TOLERANCE, VOCAB, assert_matches_exact,
+                         exact_continuations, sequence_index, tiny_qwen3)
 
 import specdiff as sd
 
-VOCAB, LENGTH, ROWS = 4, 3, 40_000
-TV_TOLERANCE = 0.03
-PROMPT = [1, 2, 0, 3]
-SAMPLING = dict(temperature=0.9, top_p=0.95, top_k=0)
 
 
 @pytest.fixture(scope="module")
@@ -41,10 +38,7 @@ def _empirical(drafter, verifier, prompts, block_size, proposal, method="token",
 
 
 def _assert_matches(out_rows, exact, label):
-    counts = histogram(sequence_index(out_rows, VOCAB, LENGTH), VOCAB ** LENGTH)
-    tv = total_variation_to(counts, exact.to(counts.dtype))
-    pvalue = chi_square_pvalue(counts, exact.to(counts.dtype))
-    assert tv <= TV_TOLERANCE and pvalue >= 1e-4, f"{label}: TV {tv:.4f}, chi-square p {pvalue:.2e}"
+    assert_matches_exact(out_rows, exact, label)
 
 
 def _masked(masked, **kwargs):
