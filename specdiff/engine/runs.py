@@ -84,14 +84,17 @@ class ModelCache:
 
 def build_generator(config: RunConfig, cache: ModelCache):
     """The SpeculativeGenerator of a configuration (config.drafter must not be None)."""
+    from specdiff.drafters.block import BlockDiffusionDrafter
     from specdiff.drafters.masked import MaskedDiffusionDrafter
     from specdiff.engine.generate import SpeculativeGenerator
 
     verifier = cache.get(config.verifier, "verifier", **config.sampling)
     options = {}
     drafter = cache.get(config.drafter, "drafter")
-    if isinstance(drafter, MaskedDiffusionDrafter):
-        options = dict(steps=config.steps, threshold=config.threshold, prefix_cache=config.prefix_cache)
+    if isinstance(drafter, MaskedDiffusionDrafter):  # masked and block drafters: effort K or tau
+        options = dict(steps=config.steps, threshold=config.threshold)
+        if not isinstance(drafter, BlockDiffusionDrafter):  # a block drafter always caches its prefix
+            options["prefix_cache"] = config.prefix_cache
         if config.order is not None:
             options["order"] = config.order
         drafter = cache.get(config.drafter, "drafter", **options)
