@@ -46,6 +46,16 @@ class VerifyResult:
         return self.num_accepted + 1
 
 
+@dataclass
+class _BlockStop:
+    """What block verification hands to the residual draw (Sun et al.'s tau and weights)."""
+
+    num_accepted: torch.Tensor  # [b] long: tau
+    relax: Relaxation  # the relaxed target's coefficients, [b, B] each
+    weights: torch.Tensor  # [b, B]: p_1..p_B
+    residual_weight: torch.Tensor  # [b]: p_tau, the weight of p~ in the residual max(p_tau p~ - q, 0)
+
+
 def verify(
     draft_tokens: torch.Tensor,  # [b, B] long
     draft_probs: torch.Tensor | None,  # [b, B, V], or None: point mass on each drafted token
@@ -110,18 +120,15 @@ def verify(
     fixed_rows = None  # [b, V]: block + Cactus with a real proposal verifies against C, at each row's stop
     last_rows = None  # the rows of p and q at each row's stop, where already computed
     if isinstance(rule, Cactus) and draft is not None:
-        num_accepted, relax, accept_prob, residual_weight = _block_verify_cactus(
-            target, draft, draft_tokens, rule, uniforms
-        )
-        last_rows, fixed_rows = _cactus_rows_at_stop(target, draft, num_accepted, rule)
+        stop = _block_verify_cactus(target, draft, draft_tokens, rule, uniforms)
+        last_rows, fixed_rows = _cactus_rows_at_stop(target, draft, stop.num_accepted, rule)
     else:
-        num_accepted, relax, accept_prob, residual_weight = _block_verify(target, draft, draft_tokens, rule, uniforms)
+        stop = _block_verify(target, draft, draft_tokens, rule, uniforms)
 
-    next_token = _sample_next(
-        target, draft, draft_tokens, relax, num_accepted, residual_weight, generator, fixed_rows, last_rows
-    )
-    tokens = _assemble(draft_tokens, num_accepted, next_token)
-    return VerifyResult(num_accepted=num_accepted, tokens=tokens, accept_prob=accept_prob)
+    next_token = _sample_next(target, draft, draft_tokens, stop.relax, stop.num_accepted, stop.residual_weight,
+                              generator, fixed_rows, last_rows)
+    tokens = _assemble(draft_tokens, stop.num_accepted, next_token)
+    return VerifyResult(num_accepted=stop.num_accepted, tokens=tokens, accept_prob=stop.weights)
 
 
 def _at_position(p_rows, q_rows, tokens, rule):
@@ -237,8 +244,8 @@ def _token_verify_walk(target, draft, draft_tokens, rule, uniforms, draw_u):
 def _block_verify(target, draft, draft_tokens, rule, uniforms):
     """Block verification (Sun et al. 2025, Algorithm 2) on the relaxed target, every position at once.
 
-    Returns num_accepted = tau [b], the relaxation [b, B], the weights p_1..p_B [b, B] and the
-    residual weight p_tau [b]. (Cactus with a real proposal: _block_verify_cactus.)
+    Returns a _BlockStop: tau [b], the relaxation [b, B], the weights p_1..p_B [b, B] and the residual
+    weight p_tau [b]. (Cactus with a real proposal: _block_verify_cactus.)
     """
     block_len = draft_tokens.shape[1]
     if draft is None:  # point mass: q = onehot(y), so only p at the drafted tokens is needed
@@ -266,7 +273,7 @@ def _block_verify(target, draft, draft_tokens, rule, uniforms):
         residual_mass = (w.unsqueeze(-1) * relaxed - q_dense).clamp(min=0).sum(dim=-1)
     num_accepted = _block_stop(weights, residual_mass, uniforms)
     residual_weight = weights.gather(1, num_accepted.unsqueeze(1)).squeeze(1)  # [b] p_tau
-    return num_accepted, relax, weights[:, 1:], residual_weight
+    return _BlockStop(num_accepted, relax, weights[:, 1:], residual_weight)
 
 
 CHUNK_ELEMENTS = 1 << 21  # rows x vocabulary per chunk of _block_verify_cactus (float64 temporaries: 16 MiB each)
@@ -312,7 +319,7 @@ def _block_verify_cactus(target, draft, draft_tokens, rule, uniforms):
     num_accepted = _block_stop(weights, residual_mass, uniforms)
     residual_weight = weights.gather(1, num_accepted.unsqueeze(1)).squeeze(1)  # [b] p_tau
     relax = rule.relax(p_draft, torch.ones_like(p_draft))
-    return num_accepted, relax, weights[:, 1:].to(target.dtype), residual_weight.to(target.dtype)
+    return _BlockStop(num_accepted, relax, weights[:, 1:].to(target.dtype), residual_weight.to(target.dtype))
 
 
 def _cactus_rows_at_stop(target, draft, num_accepted, rule):
