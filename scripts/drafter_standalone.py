@@ -51,7 +51,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     tokenizer = zoo.tokenizer()
-    drafter = models.load(args.drafter, role="drafter", steps=args.steps, threshold=args.threshold)
+    effort = {"steps": args.steps} if args.threshold is None else {"threshold": args.threshold}
+    drafter = models.load(args.drafter, role="drafter", **effort)
     problems = tasks.arith_problems("test", args.n)
     texts = standalone(drafter, tokenizer, [p.prompt for p in problems], args.block, args.max_new_tokens)
     accuracy = sum(tasks.is_correct(t, p.target) for t, p in zip(texts, problems)) / len(problems)
