@@ -162,14 +162,14 @@ def _with_cpu_time(measure):
 
 def _hf_run(cache, prompts, targets, seed, max_new_tokens, assisted):
     from specdiff.engine.baselines import hf_generate
-    from specdiff.engine.generate import _eos_ids
+    from specdiff.engine.generate import eos_token_ids
     from specdiff.eval import tasks
 
     verifier = cache.get("verifier", "verifier")
     tokenizer = cache.tokenizer("verifier")
     rows = [tokenizer(p).input_ids for p in prompts]
     assistant = cache.get("ar-drafter", "drafter").model if assisted else None
-    ids, seconds = hf_generate(verifier.model, rows, max_new_tokens, _eos_ids(verifier.model, None),
+    ids, seconds = hf_generate(verifier.model, rows, max_new_tokens, eos_token_ids(verifier.model, None),
                                verifier.temperature, verifier.top_p, verifier.top_k, assistant_model=assistant, seed=seed)
     texts = [tokenizer.decode(row, skip_special_tokens=True) for row in ids]
     correct = [tasks.is_correct(t, y) for t, y in zip(texts, targets)]

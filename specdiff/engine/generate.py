@@ -60,7 +60,7 @@ class SpeculativeGenerator:
         self.drafter, self.verifier, self.block_size = drafter, verifier, int(block_size)
         self.rule, self.method, self.proposal, self.tokenizer = rule, method, proposal, tokenizer
         self.batch_size = int(batch_size)
-        self.eos_token_ids = _eos_ids(verifier.model, eos_token_id)
+        self.eos_token_ids = eos_token_ids(verifier.model, eos_token_id)
         self.exact = isinstance(rule, Lossless) and (proposal == "point_mass" or drafter.exact_marginal)
 
     def generate(self, prompts, max_new_tokens: int = 256, generator: torch.Generator | None = None,
@@ -111,8 +111,6 @@ class SpeculativeGenerator:
                 raise NonFiniteLogits(error.who, error.kind, round_index) from None
             sync()
             drafted = time.perf_counter()
-            if draft.probs is not None and bool(torch.isnan(draft.probs).any()):
-                raise ValueError(f"the drafter's distributions hold NaN in round {round_index}; check its weights")
             if draft.probs is None and self.proposal == "marginal":
                 raise ValueError("the drafter returned no probabilities: use proposal='point_mass'")
             chunk = torch.cat([ids[:, -1:], draft.tokens], dim=1)  # [b, B+1]: last committed, y_1..y_B
@@ -122,7 +120,7 @@ class SpeculativeGenerator:
             draft_logits = None if self.proposal == "point_mass" else draft.probs.log()  # [b, B, V]
             result = verify(draft.tokens, draft_logits, target_logits, rule=self.rule, method=self.method,
                             generator=generator, inputs="logits")
-            accepted = result.num_accepted.tolist()  # the round's one host sync
+            accepted = result.num_accepted.tolist()  # per-row bookkeeping happens on the host
             checked = time.perf_counter()
             verifier.commit(result.num_accepted + 1)  # last committed + accepted drafted tokens stay cached
             drafter.commit(result.num_accepted, hidden)
@@ -226,7 +224,7 @@ def _check_count(name: str, value) -> None:
         raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
 
 
-def _eos_ids(model, given) -> set[int]:
+def eos_token_ids(model, given=None) -> set[int]:
     """EOS ids: as given, else the model's generation_config, else its config."""
     if given is None:
         generation_config = getattr(model, "generation_config", None)

@@ -171,12 +171,12 @@ def _autoregressive(config: RunConfig, prompts: list[str], cache: ModelCache, to
                     generator):
     """Plain cached decoding of the verifier with its own sampling settings, per batch."""
     from specdiff.engine.baselines import autoregressive_generate
-    from specdiff.engine.generate import _eos_ids
+    from specdiff.engine.generate import eos_token_ids
 
     verifier = cache.get(config.verifier, "verifier", **config.sampling)
     rows = [tokenizer(p).input_ids for p in prompts]
     begin = time.perf_counter()
-    ids, seconds = autoregressive_generate(verifier.model, rows, max_new_tokens, _eos_ids(verifier.model, None),
+    ids, seconds = autoregressive_generate(verifier.model, rows, max_new_tokens, eos_token_ids(verifier.model, None),
                                            verifier.temperature, verifier.top_p, verifier.top_k, generator,
                                            pad_token_id=verifier.model.config.pad_token_id or 0)
     wall = time.perf_counter() - begin
