@@ -25,35 +25,32 @@ import itertools
 import json
 import statistics
 
+from specdiff.argtypes import nonnegative_int, positive_int
+
 
 def register(targets) -> None:
     speedup = targets.add_parser(
         "speedup", help="speculative diffusion vs plain, HF and HF-assisted decoding on the testbed (JSON)",
         description="Tokens/s of lossless speculative diffusion against plain and assisted decoding, side by side.")
     speedup.add_argument("--json", action="store_true", help="print only the JSON result")
-    speedup.add_argument("--problems", type=int, default=100, help="arith test problems measured (default 100)")
-    speedup.add_argument("--tune-problems", type=int, default=20, help="validation problems for tuning (default 20)")
-    speedup.add_argument("--repeats", type=int, default=3, help="interleaved measurement rounds (default 3)")
-    speedup.add_argument("--max-new-tokens", type=int, default=96)
-    speedup.add_argument("--threads", type=int, default=1,
+    speedup.add_argument("--problems", type=positive_int, default=100, help="arith test problems measured (default 100)")
+    speedup.add_argument("--tune-problems", type=positive_int, default=20, help="validation problems for tuning (default 20)")
+    speedup.add_argument("--repeats", type=positive_int, default=3, help="interleaved measurement rounds (default 3)")
+    speedup.add_argument("--max-new-tokens", type=positive_int, default=96)
+    speedup.add_argument("--threads", type=positive_int, default=1,
                          help="torch threads (default 1: batch-1 decoding of the tiny testbed is bound by per-op "
                               "overhead, which a second thread does not cut)")
-    speedup.add_argument("--steps", type=int, nargs="+", default=[1, 2, 4, 6, 8], help="K grid (default 1 2 4 6 8)")
-    speedup.add_argument("--blocks", type=int, nargs="+", default=[8, 12, 16], help="B grid (default 8 12 16)")
+    speedup.add_argument("--steps", type=positive_int, nargs="+", default=[1, 2, 4, 6, 8], help="K grid (default 1 2 4 6 8)")
+    speedup.add_argument("--blocks", type=positive_int, nargs="+", default=[8, 12, 16], help="B grid (default 8 12 16)")
     speedup.add_argument("--caches", nargs="+", default=["off", "round", "persistent"],
                          choices=["off", "round", "persistent"], help="masked drafter prefix caches in the grid")
     speedup.add_argument("--seed", type=int, default=0)
-    speedup.add_argument("--first-problem", type=int, default=0,
+    speedup.add_argument("--first-problem", type=nonnegative_int, default=0,
                          help="measure test problems [first, first + problems): re-measure on other problems")
     speedup.set_defaults(handler=run)
 
 
 def run(args) -> int:
-    for flag in ("problems", "tune_problems", "repeats", "max_new_tokens", "threads"):
-        if getattr(args, flag) < 1:
-            raise ValueError(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")
-    if min(args.steps) < 1 or min(args.blocks) < 1:
-        raise ValueError("--steps and --blocks values must be >= 1")
     import torch
 
     from specdiff.commands.demo import _quiet_transformers
@@ -65,8 +62,6 @@ def run(args) -> int:
     cache = ModelCache()
     say = (lambda *a: None) if args.json else (lambda *a: print(*a, flush=True))
     tune = tasks.arith_problems("validation", args.tune_problems)
-    if args.first_problem < 0:
-        raise ValueError(f"--first-problem must be >= 0, got {args.first_problem}")
     test = tasks.arith_problems("test", args.first_problem + args.problems)[args.first_problem:]
     best, best_ar, grid = _tune(args, cache, tune, say)
     methods = _methods(best, best_ar, cache, args.max_new_tokens)

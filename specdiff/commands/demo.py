@@ -14,6 +14,7 @@ import json
 import os
 
 from specdiff.argtypes import positive_int
+from specdiff.argtypes import positive_int
 from specdiff.commands import rules_demo
 
 
@@ -41,9 +42,9 @@ def register(subparsers) -> None:
                     "verifier, classic speculative decoding, and masked-diffusion drafting at several (K, leniency) "
                     "points. --rules: the synthetic one-position demo of every acceptance rule.")
     demo.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    demo.add_argument("--problems", type=int, default=50, help="arith test problems (default 50)")
-    demo.add_argument("--max-new-tokens", type=int, default=96, help="per problem (default 96)")
-    demo.add_argument("--threads", type=int, default=None,
+    demo.add_argument("--problems", type=positive_int, default=50, help="arith test problems (default 50)")
+    demo.add_argument("--max-new-tokens", type=positive_int, default=96, help="per problem (default 96)")
+    demo.add_argument("--threads", type=positive_int, default=None,
                       help="torch threads (default 1 for the main job: batch-1 decoding of the tiny testbed is bound "
                            "by per-op overhead, and a second thread only adds barrier waits; min(2, cores) for --rules)")
     demo.add_argument("--seed", type=int, default=0)
@@ -69,9 +70,6 @@ def default_threads(args) -> int:
 
 def run(args) -> int:
     args.threads = default_threads(args)
-    for flag in ("problems", "max_new_tokens", "threads"):
-        if getattr(args, flag) < 1:
-            raise ValueError(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")
     if args.plot:
         _check_writable(args.plot)
     if args.rules:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 
+from specdiff.argtypes import positive_int
 from specdiff.commands.generate import add_generation_flags, check_generation_args, run_config_from_args
 
 MAX_NEW_TOKENS = {"arith": 96}  # the demo's budget on the testbed; other tasks default to DEFAULT_MAX_NEW_TOKENS
@@ -36,7 +37,7 @@ def register(subparsers) -> None:
                         "default: the verifier's own)")
     parser.add_argument("--top-p", type=float, default=None, help="the verifier's top-p (default: its own)")
     parser.add_argument("--top-k", type=int, default=None, help="the verifier's top-k, 0 for off (default: its own)")
-    parser.add_argument("--max-new-tokens", type=int, default=None,
+    parser.add_argument("--max-new-tokens", type=positive_int, default=None,
                         help=f"per problem (default {MAX_NEW_TOKENS['arith']} for arith, "
                              f"{DEFAULT_MAX_NEW_TOKENS} for the others)")
     parser.add_argument("--seed", type=int, default=0, help="generation seed (default 0)")

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 
+from specdiff.argtypes import positive_int
+
 
 def add_generation_flags(parser) -> None:
     """The flags of one generation configuration (shared with `specdiff eval` and the bench)."""
@@ -13,19 +15,19 @@ def add_generation_flags(parser) -> None:
                         help="a drafter kind (masked, ar, uniform, block, dflash: its zoo model), a zoo name or a "
                              "local path (default masked-drafter)")
     parser.add_argument("--verifier", default="verifier", help="zoo name or local path (default verifier)")
-    parser.add_argument("--steps", "-K", type=int, default=1, help="denoising steps K per round (default 1)")
+    parser.add_argument("--steps", "-K", type=positive_int, default=1, help="denoising steps K per round (default 1)")
     parser.add_argument("--threshold", "--tau", type=float, default=None,
                         help="confidence threshold tau in (0, 1]: dynamic unmasking instead of K steps")
     parser.add_argument("--order", default=None,
                         help="unmasking order: entropy, confidence, margin, random, left_to_right (default: the drafter's)")
     parser.add_argument("--prefix-cache", choices=["off", "round", "persistent"], default="off",
                         help="masked drafter's prefix cache (default off; see docs/engine.md)")
-    parser.add_argument("--block-size", "-B", type=int, default=8, help="drafted tokens per round B (default 8)")
+    parser.add_argument("--block-size", "-B", type=positive_int, default=8, help="drafted tokens per round B (default 8)")
     parser.add_argument("--rule", choices=["lossless", "linear", "tv", "cactus"], default="lossless")
     parser.add_argument("--leniency", type=float, default=0.0, help="lam (linear), eps (tv) or delta (cactus)")
     parser.add_argument("--method", choices=["token", "block"], default="token")
     parser.add_argument("--proposal", choices=["marginal", "point_mass"], default="marginal")
-    parser.add_argument("--batch-size", type=int, default=1, help="sequences per batch (default 1)")
+    parser.add_argument("--batch-size", type=positive_int, default=1, help="sequences per batch (default 1)")
     parser.add_argument("--device", default=None, help="torch device for both models, e.g. cuda (default cpu)")
 
 
@@ -47,9 +49,9 @@ def register(subparsers) -> None:
     generate.add_argument("prompts", nargs="*", help="prompts (or use --prompts-file); a literal \\n is a newline")
     generate.add_argument("--prompts-file", default=None, help="a text file, one prompt per line, or JSONL with 'prompt'")
     add_generation_flags(generate)
-    generate.add_argument("--max-new-tokens", type=int, default=128)
+    generate.add_argument("--max-new-tokens", type=positive_int, default=128)
     generate.add_argument("--seed", type=int, default=0)
-    generate.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    generate.add_argument("--threads", type=positive_int, default=None, help="torch threads (default: torch's)")
     generate.add_argument("--json", action="store_true", help="print JSON")
     generate.set_defaults(handler=run)
 
@@ -77,18 +79,14 @@ def read_prompts(args) -> list[str]:
 
 
 def check_generation_args(args) -> None:
-    """Bad values get an error naming the flag before any model loads."""
-    for flag in ("steps", "block_size", "batch_size", "max_new_tokens"):
-        if getattr(args, flag, 1) < 1:
-            raise ValueError(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")
+    """Bad values get an error naming the flag before any model loads (counts are checked when
+    the arguments are parsed, by `specdiff.argtypes`; these are the ranges that depend on the rule)."""
     if args.threshold is not None and not 0 < args.threshold <= 1:
         raise ValueError(f"--threshold must be in (0, 1], got {args.threshold}")
     if args.rule == "linear" and not 0 <= args.leniency <= 1:
         raise ValueError(f"--leniency (lam) must be in [0, 1] for the linear rule, got {args.leniency}")
     if args.leniency < 0:
         raise ValueError(f"--leniency must be >= 0, got {args.leniency}")
-    if getattr(args, "threads", None) is not None and args.threads < 1:
-        raise ValueError(f"--threads must be >= 1, got {args.threads}")
 
 
 def run(args) -> int:
