@@ -79,8 +79,12 @@ def read_prompts(args) -> list[str]:
 
 
 def check_generation_args(args) -> None:
-    """Bad values get an error naming the flag before any model loads (counts are checked when
-    the arguments are parsed, by `specdiff.argtypes`; these are the ranges that depend on the rule)."""
+    """Bad values get an error naming the flag before any model loads. The command line checks counts
+    when parsing (`specdiff.argtypes`); the lm-eval backend builds its arguments without argparse, so
+    they are checked here too."""
+    for flag in ("steps", "block_size", "batch_size", "max_new_tokens"):
+        if getattr(args, flag, 1) < 1:
+            raise ValueError(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")
     if args.threshold is not None and not 0 < args.threshold <= 1:
         raise ValueError(f"--threshold must be in (0, 1], got {args.threshold}")
     if args.rule == "linear" and not 0 <= args.leniency <= 1:
