@@ -161,15 +161,13 @@ def _target(args, steps=None):
     return Target(rectified_flow_schedule(steps, args.churn), mixture, mixture.dim)
 
 
-def _run(args, target, method, num_samples, seed_offset=0):
+def _run(args, target, method, num_samples, seed_offset=0, dtype=None):
     import torch
 
     from specdiff.continuous.bench import METHODS
     from specdiff.continuous.sampler import SpeculativeSampler, ddpm_sample, initial_noise
 
-    if getattr(args, "diffusers", None):
-        dtype = target.denoiser.unet.dtype
-    else:
+    if dtype is None:
         dtype = torch.float32 if args.model == "digits" else torch.float64
     noise = initial_noise(num_samples, target.dim, torch.Generator().manual_seed(args.seed + seed_offset), dtype)
     generator = torch.Generator().manual_seed(args.seed + 1 + seed_offset)
@@ -217,7 +215,7 @@ def _sample_diffusers(args) -> int:
     with tqdm(total=target.schedule.num_steps, desc=f"{args.method}, slowest row's step", unit="step",
               disable=None, file=sys.stderr) as bar:
         watched = dataclasses.replace(target, denoiser=StepProgress(target.denoiser, bar))
-        samples, stats = _run(args, watched, args.method, args.num_samples)
+        samples, stats = _run(args, watched, args.method, args.num_samples, dtype=target.denoiser.unet.dtype)
         bar.update(bar.total - bar.n)
     payload = {"diffusers": args.diffusers, "method": args.method, **stats.summary()}
     if out.lower().endswith(".png"):

@@ -188,3 +188,40 @@ def test_mixture_and_unet_denoiser_refuse_states_on_another_device():
         gaussian_mixture_2d()(torch.empty(2, 2, device="meta", dtype=torch.float64), steps, schedule)
     with pytest.raises(ValueError, match="UNetDenoiser: the states are torch.float64"):
         UNetDenoiser(tiny_unet(), trace=False)(torch.zeros(2, 64, dtype=torch.float64), steps, schedule)
+
+
+# ----------------------------------------------------------------------------- the command (item 4)
+
+
+@pytest.mark.parametrize("kind", ["pixels", "latent"])
+def test_sample_command_writes_an_image_grid_from_a_saved_pipeline(kind, tmp_path, capsys):
+    import json
+
+    import matplotlib.image
+
+    from specdiff.cli import main
+
+    if kind == "pixels":
+        pipeline = diffusers.DDPMPipeline(unet=tiny_unet(channels=3), scheduler=diffusers.DDPMScheduler())
+        size = 8
+    else:
+        pipeline = diffusers.LDMPipeline(vqvae=tiny_autoencoder("vq"), unet=tiny_unet(channels=3),
+                                         scheduler=diffusers.DDIMScheduler())
+        size = 16
+    pipeline.save_pretrained(tmp_path / "pipeline")
+    grid = tmp_path / "grid.png"
+    assert main(["continuous", "sample", "--diffusers", str(tmp_path / "pipeline"), "--steps", "6", "--churn", "1",
+                 "--gamma", "3", "--method", "B", "--num-samples", "3", "--out", str(grid), "--json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["out"] == str(grid) and payload["num_steps"] == 6 and 1.0 <= payload["block_efficiency"] <= 4.0
+    image = matplotlib.image.imread(grid)  # one row of 3 images, 2 pixels of padding around each
+    assert image.shape[:2] == (size + 4, 3 * size + 8)
+
+
+def test_sample_command_refuses_a_directory_without_a_pipeline(tmp_path, capsys):
+    from specdiff.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["continuous", "sample", "--diffusers", str(tmp_path), "--json"])
+    assert exit_info.value.code == 2
+    assert "is not a saved diffusers pipeline (no model_index.json in it)" in capsys.readouterr().err
