@@ -1,0 +1,140 @@
+"""What the throughput model (`specdiff.eval.calibration`, the first paper's Section 3.3) needs,
+measured on real models: the prefixes H, the distance d_K = E_h TV(p, q_K), and the costs
+c_d(K) and c_v of a round.
+
+- `sample_prefixes`: each prompt plus the verifier's own sampled continuation, cut at uniformly
+  random points (never after EOS). These are the contexts a lossless run meets, as the paper's H.
+- `profile_rounds`: on each prefix and for each drafter (one per effort K), ONE timed round of
+  the engine's loop (`engine/generate.py`), run exactly as the engine runs it at batch 1: the
+  verifier prefilled on the prefix (timed apart: prefill), the drafter's proposal (c_d(K)), the
+  verifier's forward over [last committed, y_1..y_B], the acceptance rule, and the bookkeeping
+  (commits, appending the emitted tokens): the last three are c_v. The same round gives the TV
+  between the verifier's p_i (after y_<i) and the drafter's q_i at every drafted position i, in
+  marginal mode (TV(p_i, q_i)) and point-mass mode (1 - p_i(y_i)), and p_i(y_i), q_i(y_i), untimed.
+  Efforts are timed round-robin on each prefix, so that load from other processes falls on all of
+  them alike.
+"""
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from specdiff.acceptance import Linear
+from specdiff.engine.baselines import autoregressive_generate
+from specdiff.engine.generate import _append, eos_token_ids
+from specdiff.verify import verify
+
+
+def sample_prefixes(verifier, prompts: list[list[int]], cuts_per_prompt: int, max_new_tokens: int, seed: int,
+                    progress: bool = False) -> list[list[int]]:
+    """`cuts_per_prompt` prefixes per prompt: the prompt + the first c tokens of one verifier-sampled
+    continuation, c uniform over the positions before EOS (0 included: the prompt alone)."""
+    generator = torch.Generator(device=verifier.device).manual_seed(seed)
+    cut = random.Random(seed)
+    eos = eos_token_ids(verifier.model)
+    pad = verifier.model.config.pad_token_id or 0
+    iterator = prompts
+    if progress:
+        from tqdm.auto import tqdm
+        iterator = tqdm(prompts, desc="prefixes (verifier samples)", leave=False, unit="prompt")
+    prefixes = []
+    for prompt in iterator:
+        (continuation,), _ = autoregressive_generate(verifier.model, [prompt], max_new_tokens, eos,
+                                                     verifier.temperature, verifier.top_p, verifier.top_k, generator,
+                                                     pad_token_id=pad)
+        usable = len(continuation) - (1 if continuation and continuation[-1] in eos else 0)
+        prefixes += [prompt + continuation[:cut.randint(0, max(usable - 1, 0))] for _ in range(cuts_per_prompt)]
+    return prefixes
+
+
+@dataclass
+class RoundProfile:
+    """Per effort K: the seconds of every timed round's parts and the per-position distances."""
+
+    draft_s: dict = field(default_factory=dict)  # K -> [seconds per round]
+    forward_s: list = field(default_factory=list)  # the verifier's forward over B + 1 tokens
+    rule_s: list = field(default_factory=list)  # the acceptance rule (verify) and its host sync
+    bookkeeping_s: list = field(default_factory=list)  # commits and appending the emitted tokens
+    prefill_s: list = field(default_factory=list)  # the verifier's prefill of the prefix (once per problem)
+    tv_marginal: dict = field(default_factory=dict)  # K -> tensor [prefixes, B]: TV(p_i, q_i)
+    target_prob: dict = field(default_factory=dict)  # K -> tensor [prefixes, B]: p_i(y_i)
+    draft_prob: dict = field(default_factory=dict)  # K -> tensor [prefixes, B]: q_i(y_i)
+
+    def distance(self, steps: int, proposal: str = "marginal") -> torch.Tensor:
+        """[prefixes, B]: TV(p_i, q_i), or TV(p_i, onehot(y_i)) = 1 - p_i(y_i) in point-mass mode."""
+        return 1.0 - self.target_prob[steps] if proposal == "point_mass" else self.tv_marginal[steps]
+
+    def drafted_prob(self, steps: int, proposal: str = "marginal") -> torch.Tensor:
+        """[prefixes, B]: q_i(y_i) as verification reads it (1 in point-mass mode)."""
+        return torch.ones_like(self.draft_prob[steps]) if proposal == "point_mass" else self.draft_prob[steps]
+
+
+@torch.inference_mode()
+def profile_rounds(drafters: dict, verifier, prefixes: list[list[int]], block_size: int, proposal: str = "marginal",
+                   seed: int = 0, warmup: int = 2, progress: bool = False) -> RoundProfile:
+    """One engine round per (prefix, K) with `drafters` {K: drafter}; see the module docstring.
+    The first `warmup` prefixes are run and not recorded."""
+    generator = torch.Generator(device=verifier.device).manual_seed(seed)
+    out = RoundProfile(draft_s={k: [] for k in drafters})
+    recorded = {name: {k: [] for k in drafters} for name in ("tv_marginal", "target_prob", "draft_prob")}
+    items = list(range(-min(warmup, len(prefixes)), len(prefixes)))
+    if progress:
+        from tqdm.auto import tqdm
+        items = tqdm(items, desc="timed rounds", leave=False, unit="prefix")
+    for index in items:
+        prefix = prefixes[index]
+        for steps, drafter in drafters.items():
+            parts, distances = _one_round(drafter, verifier, prefix, block_size, proposal, generator)
+            if index < 0:
+                continue
+            out.draft_s[steps].append(parts["draft"])
+            for name in ("forward", "rule", "bookkeeping", "prefill"):
+                getattr(out, f"{name}_s").append(parts[name])
+            for name, values in distances.items():
+                recorded[name][steps].append(values)
+    for name, per_k in recorded.items():
+        setattr(out, name, {k: torch.stack(v) if v else torch.zeros(0, block_size) for k, v in per_k.items()})
+    return out
+
+
+def _one_round(drafter, verifier, prefix: list[int], block_size: int, proposal: str, generator):
+    ids = torch.tensor([prefix], device=verifier.device)
+    key_mask = torch.ones_like(ids, dtype=torch.bool)
+    sync = torch.cuda.synchronize if ids.is_cuda else (lambda: None)
+    layers = drafter.verifier_hidden_layers
+    start = time.perf_counter()
+    hidden = verifier.start(ids, key_mask, layers)
+    sync()
+    prefilled = time.perf_counter()
+    drafter.start(ids, key_mask, hidden)
+    begin = time.perf_counter()
+    draft = drafter.propose(ids, key_mask, block_size, generator)
+    sync()
+    drafted = time.perf_counter()
+    chunk = torch.cat([ids[:, -1:], draft.tokens], dim=1)
+    target_logits, hidden = verifier.score(chunk, layers)
+    sync()
+    scored = time.perf_counter()
+    draft_logits = None if proposal == "point_mass" else draft.probs.log()
+    result = verify(draft.tokens, draft_logits, target_logits, rule=Linear(0.0), inputs="logits", generator=generator)
+    result.num_accepted.tolist()
+    checked = time.perf_counter()
+    verifier.commit(result.num_accepted + 1)
+    drafter.commit(result.num_accepted, hidden)
+    _append(ids, key_mask, result.tokens)
+    result.tokens.tolist()
+    done = time.perf_counter()
+    parts = {"prefill": prefilled - start, "draft": drafted - begin, "forward": scored - drafted,
+             "rule": checked - scored, "bookkeeping": done - checked}
+    p = torch.softmax(target_logits[0, :block_size].double(), dim=-1)  # [B, V]: p_i after y_<i
+    target_prob = p.gather(-1, draft.tokens[0, :, None]).squeeze(-1)
+    if draft.probs is None:  # no q recorded: a point mass
+        tv, draft_prob = 1.0 - target_prob, torch.ones_like(target_prob)
+    else:
+        q = draft.probs[0].double()
+        tv, draft_prob = 0.5 * (p - q).abs().sum(dim=-1), q.gather(-1, draft.tokens[0, :, None]).squeeze(-1)
+    distances = {"tv_marginal": tv, "target_prob": target_prob, "draft_prob": draft_prob}
+    return parts, {name: values.float().cpu() for name, values in distances.items()}
