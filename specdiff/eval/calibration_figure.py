@@ -1,7 +1,7 @@
 """Figure 3 of the first paper, theory beside measurement, from `specdiff calibrate`'s result:
 
 (a) theoretical acceptance alpha_K(lam) against verifier agreement 1 - lam d_K (Eq. 6), one curve
-    per K over lam in [0, 1], the sweep's lam marked;
+    per K over the sweep's range of lam, its lam marked;
 (b) measured acceptance per drafted position against accuracy, per K over the sweep's lam;
 (c) theoretical throughput (the chosen model: Eq. 7 by default) against agreement;
 (d) measured throughput against accuracy.
@@ -23,7 +23,7 @@ def figure3_png(result: dict, summaries: list[dict]) -> bytes:
     chosen = result["model"]
     figure, axes = plt.subplots(2, 2, figsize=(11, 8.5))
     (a, c), (b, d) = axes
-    lams = np.linspace(0, 1, 51)
+    lams = np.linspace(0, max(c_["lam"] for c_ in configurations) or 1.0, 51)  # the sweep's range of lam
     for key in sorted({(c_["steps"], c_["block_size"], c_["proposal"]) for c_ in configurations}):
         steps, block, proposal = key
         mine = sorted((c_ for c_ in configurations if (c_["steps"], c_["block_size"], c_["proposal"]) == key),

@@ -97,10 +97,35 @@ def _calibration_section(artifacts: dict) -> str:
         return ('<h2>Calibration</h2><p class="note">This store holds no calibration of the throughput model '
                 "(Eq. 6-7): run <code>specdiff calibrate</code> on it.</p>")
     figures = {k: v for k, v in calibration.items() if k.endswith("_png_base64")}
+    tables = ("costs", "distance", "configurations", "errors_by_model")
     rows = [[_e(k), _e(json.dumps(v) if not isinstance(v, str) else v)] for k, v in calibration.items()
-            if k not in figures]
-    images = "".join(f'<img alt="{_e(k)}" src="data:image/png;base64,{_e(v)}">' for k, v in figures.items())
-    return "<h2>Calibration</h2>" + _table(["quantity", "value"], rows, left=2) + images
+            if k not in figures and k not in tables]
+    out = "<h2>Calibration of the throughput model (Eq. 6-7)</h2>" + _table(["quantity", "value"], rows, left=2)
+    if "errors_by_model" in calibration:
+        keys = list(next(iter(calibration["errors_by_model"].values())))
+        out += _table(["model"] + keys, [[_e(m)] + [_fmt(e[k]) for k in keys]
+                                         for m, e in calibration["errors_by_model"].items()])
+    for block, cost in calibration.get("costs", {}).items():
+        fit = cost["fit"]
+        out += (f'<p class="note">{_e(block)}: c_d(K) = {fit["a_ms"]:.3f} + {fit["b_ms"]:.3f} K ms (R² {fit["r2"]:.3f}, '
+                f'residuals {_e(json.dumps({k: round(v, 3) for k, v in fit["residuals_ms"].items()}))}); '
+                f'c_v = {cost["c_v_ms"]:.2f} ms (verifier forward {cost["verifier_forward_ms"]:.2f}, rule '
+                f'{cost["rule_ms"]:.2f}, bookkeeping {cost["bookkeeping_ms"]:.2f}); prefill {cost["prefill_ms"]:.2f} ms; '
+                "d_K: " + _e("; ".join(f"{mode} " + ", ".join(f"{k} {v['d_K']:.3f} ± {v['stderr']:.3f}"
+                                                             for k, v in per_k.items())
+                                       for mode, per_k in calibration["distance"][block].items())) + "</p>")
+    if "configurations" in calibration:
+        model = calibration.get("model", "eq7")
+        header = ["configuration", "d_K", "agreement", "acceptance pred / meas", "tokens/round pred / meas",
+                  "round ms pred / meas", "tokens/s pred / meas", "rel. error tokens/s"]
+        body = []
+        for c in calibration["configurations"]:
+            p, m = c["predicted"][model], c["measured"]
+            body.append([_e(c["name"]), _fmt(c["d_K"]), _fmt(c["agreement"])]
+                        + [f"{_fmt(p[k])} / {_fmt(m[k])}" for k in ("acceptance", "tokens_per_round", "round_ms")]
+                        + [f"{p['throughput']:.0f} / {m['throughput']:.0f}", f"{c['rel_error'][model]['throughput']:+.3f}"])
+        out += _table(header, body)
+    return out + "".join(f'<img alt="{_e(k)}" src="data:image/png;base64,{_e(v)}">' for k, v in figures.items())
 
 
 def _configurations_section(sweep: dict) -> str:
