@@ -48,6 +48,10 @@ def test_prop1_and_eq7_by_hand():
     predicted = cal.predict(cal.iid_survival(0.5, 2), 2, fit, 2e-3)
     assert predicted["tokens_per_round"] == pytest.approx(1.75) and predicted["throughput"] == pytest.approx(350.0)
     assert predicted["acceptance"] == pytest.approx(0.5) and predicted["round_ms"] == pytest.approx(5.0)
+    # a 7 ms prefill per 35-token problem: 35 / 1.75 = 20 rounds, 0.35 ms each
+    with_prefill = cal.predict(cal.iid_survival(0.5, 2), 2, fit, 2e-3, prefill_seconds=7e-3, tokens_per_problem=35)
+    assert with_prefill["prefill_ms_per_round"] == pytest.approx(0.35)
+    assert with_prefill["throughput"] == pytest.approx(1.75 / 5.35e-3)
 
 
 def test_positional_and_per_draft_survival():

@@ -6,8 +6,9 @@ Figure 3) fitted on the testbed and checked against a sweep's measurements.
    measurements.
 2. Costs and distances, side by side in one run (`specdiff.engine.profile`): prefixes are sampled
    on problems the sweep did not use; on each, one timed engine round per effort K gives c_d(K) (fit
-   a + bK), c_v (the verifier's forward, the rule and the bookkeeping) and TV(p_i, q_i) per drafted
-   position, whose mean is d_K.
+   a + bK), c_v (the verifier's forward, the rule and the bookkeeping; plus the verifier's prefill
+   amortised over a problem's rounds, whose length is that of the verifier's own sampled answers)
+   and TV(p_i, q_i) per drafted position, whose mean is d_K.
 3. Predictions (`specdiff.eval.calibration`): Eq. 6 and Proposition 1 / Eq. 7 per configuration, and
    two variants that drop Prop. 1's assumptions (one d_K per position; the sampled drafts).
 4. The median relative errors (`median_rel_error_throughput`, ...), Figure 3's four panels
@@ -84,7 +85,7 @@ def calibrate(store_path, prompts: int = 100, cuts: int = 2, steps: list[int] | 
     """(the calibration, the store's configuration summaries); see the module docstring."""
     import torch
 
-    from specdiff.engine.profile import profile_rounds, sample_prefixes
+    from specdiff.engine.profile import prefill_seconds, profile_rounds, sample_prefixes
     from specdiff.engine.runs import ModelCache, RunConfig, build_generator
     from specdiff.eval.frontier import load_sweep
 
@@ -106,7 +107,10 @@ def calibrate(store_path, prompts: int = 100, cuts: int = 2, steps: list[int] | 
     base = dict(linear[0]["params"])
     prompt_rows, source = _calibration_prompts(settings, prompts, cache.tokenizer(base["verifier"]))
     verifier = build_generator(RunConfig(name="calibrate", **base), cache).verifier
-    prefixes = sample_prefixes(verifier, prompt_rows, cuts, settings["task"]["max_new_tokens"], seed, progress)
+    prefixes, lengths = sample_prefixes(verifier, prompt_rows, cuts, settings["task"]["max_new_tokens"], seed,
+                                        progress)
+    tokens_per_problem = statistics.fmean(lengths)
+    prefill = statistics.median(prefill_seconds(verifier, prompt_rows))
     costs, distances, profiles = {}, {}, {}
     for block in sorted({s["params"]["block_size"] for s in linear}):
         drafters = {k: build_generator(RunConfig(name="calibrate", **dict(base, steps=k, block_size=block)),
@@ -114,15 +118,16 @@ def calibrate(store_path, prompts: int = 100, cuts: int = 2, steps: list[int] | 
         proposal = base["proposal"]
         profile = profile_rounds(drafters, verifier, prefixes, block, proposal, seed, progress=progress)
         profiles[block] = profile
-        costs[f"B={block}"] = _costs(profile, efforts)
+        costs[f"B={block}"] = _costs(profile, efforts, prefill)
         distances[f"B={block}"] = {mode: _distances(profile, efforts, mode)
                                    for mode in sorted({s["params"]["proposal"] for s in linear})}
-    configurations = [_compare(s, sweep["rows"], profiles, costs) for s in linear]
+    configurations = [_compare(s, sweep["rows"], profiles, costs, tokens_per_problem) for s in linear]
     result = _headline(configurations, model)
     result.update(
         model=model, store=str(store_path), models=settings["models"], costs=costs, distance=distances,
         prefixes={"count": len(prefixes), "prompts": len(prompt_rows), "cuts_per_prompt": cuts, "seed": seed,
-                  "source": source, "mean_tokens": statistics.fmean(len(p) for p in prefixes)},
+                  "source": source, "mean_tokens": statistics.fmean(len(p) for p in prefixes),
+                  "verifier_tokens_per_problem": tokens_per_problem},
         configurations=configurations, threads=settings["run"]["threads"],
         seconds=time.perf_counter() - begin)
     return result, linear
@@ -161,19 +166,18 @@ def _calibration_prompts(settings: dict, count: int, tokenizer) -> tuple[list[li
     return rows, source
 
 
-def _costs(profile, efforts: list[int]) -> dict:
+def _costs(profile, efforts: list[int], prefill: float) -> dict:
     from specdiff.eval.calibration import fit_draft_cost
 
     draft = {k: statistics.median(profile.draft_s[k]) for k in efforts}
     fit = fit_draft_cost(efforts, [draft[k] for k in efforts])
-    parts = {name: statistics.median(getattr(profile, f"{name}_s")) for name in ("forward", "rule", "bookkeeping",
-                                                                                "prefill")}
+    parts = {name: statistics.median(getattr(profile, f"{name}_s")) for name in ("forward", "rule", "bookkeeping")}
     return {"draft_ms": {f"K={k}": 1000 * v for k, v in draft.items()},
             "fit": {"a_ms": 1000 * fit["a"], "b_ms": 1000 * fit["b"], "r2": fit["r2"],
                     "residuals_ms": {f"K={k}": 1000 * r for k, r in zip(efforts, fit["residuals"])}},
             "c_v_ms": 1000 * (parts["forward"] + parts["rule"] + parts["bookkeeping"]),
             "verifier_forward_ms": 1000 * parts["forward"], "rule_ms": 1000 * parts["rule"],
-            "bookkeeping_ms": 1000 * parts["bookkeeping"], "prefill_ms": 1000 * parts["prefill"],
+            "bookkeeping_ms": 1000 * parts["bookkeeping"], "prefill_ms": 1000 * prefill,
             "timed_rounds_per_k": len(profile.forward_s) // max(len(efforts), 1)}
 
 
@@ -189,7 +193,7 @@ def _distances(profile, efforts: list[int], proposal: str) -> dict:
     return out
 
 
-def _compare(summary: dict, rows: list[dict], profiles: dict, costs: dict) -> dict:
+def _compare(summary: dict, rows: list[dict], profiles: dict, costs: dict, tokens_per_problem: float) -> dict:
     from specdiff.eval import calibration as model
 
     params = summary["params"]
@@ -203,7 +207,9 @@ def _compare(summary: dict, rows: list[dict], profiles: dict, costs: dict) -> di
                  "positional": model.positional_survival(tv.mean(dim=0).tolist(), lam),
                  "per_draft": model.per_draft_survival(profile.target_prob[steps].numpy(),
                                                        profile.drafted_prob(steps, proposal).numpy(), lam)}
-    predicted = {name: model.predict(s, steps, fit, verify_seconds) for name, s in survivals.items()}
+    prefill = cost["prefill_ms"] / 1000
+    predicted = {name: model.predict(s, steps, fit, verify_seconds, prefill, tokens_per_problem)
+                 for name, s in survivals.items()}
     mine = [r for r in rows if r["config_id"] == summary["config_id"]]
     accepted = [a for r in mine for a in (r["accepted"] or [])]
     measured = {"acceptance": model.per_position_acceptance(accepted, block),

@@ -4,9 +4,10 @@ c_d(K) and c_v of a round.
 
 - `sample_prefixes`: each prompt plus the verifier's own sampled continuation, cut at uniformly
   random points (never after EOS). These are the contexts a lossless run meets, as the paper's H.
+- `prefill_seconds`: the verifier's prefill of each prompt, paid once per problem.
 - `profile_rounds`: on each prefix and for each drafter (one per effort K), ONE timed round of
   the engine's loop (`engine/generate.py`), run exactly as the engine runs it at batch 1: the
-  verifier prefilled on the prefix (timed apart: prefill), the drafter's proposal (c_d(K)), the
+  verifier prefilled on the prefix (untimed), the drafter's proposal (c_d(K)), the
   verifier's forward over [last committed, y_1..y_B], the acceptance rule, and the bookkeeping
   (commits, appending the emitted tokens): the last three are c_v. The same round gives the TV
   between the verifier's p_i (after y_<i) and the drafter's q_i at every drafted position i, in
@@ -29,9 +30,10 @@ from specdiff.verify import verify
 
 
 def sample_prefixes(verifier, prompts: list[list[int]], cuts_per_prompt: int, max_new_tokens: int, seed: int,
-                    progress: bool = False) -> list[list[int]]:
+                    progress: bool = False) -> tuple[list[list[int]], list[int]]:
     """`cuts_per_prompt` prefixes per prompt: the prompt + the first c tokens of one verifier-sampled
-    continuation, c uniform over the positions before EOS (0 included: the prompt alone)."""
+    continuation, c uniform over the positions before EOS (0 included: the prompt alone). Also returns
+    each continuation's length (EOS included, at most max_new_tokens): what a problem generates."""
     generator = torch.Generator(device=verifier.device).manual_seed(seed)
     cut = random.Random(seed)
     eos = eos_token_ids(verifier.model)
@@ -40,14 +42,30 @@ def sample_prefixes(verifier, prompts: list[list[int]], cuts_per_prompt: int, ma
     if progress:
         from tqdm.auto import tqdm
         iterator = tqdm(prompts, desc="prefixes (verifier samples)", leave=False, unit="prompt")
-    prefixes = []
+    prefixes, lengths = [], []
     for prompt in iterator:
         (continuation,), _ = autoregressive_generate(verifier.model, [prompt], max_new_tokens, eos,
                                                      verifier.temperature, verifier.top_p, verifier.top_k, generator,
                                                      pad_token_id=pad)
+        lengths.append(len(continuation))
         usable = len(continuation) - (1 if continuation and continuation[-1] in eos else 0)
         prefixes += [prompt + continuation[:cut.randint(0, max(usable - 1, 0))] for _ in range(cuts_per_prompt)]
-    return prefixes
+    return prefixes, lengths
+
+
+@torch.inference_mode()
+def prefill_seconds(verifier, prompts: list[list[int]], warmup: int = 2) -> list[float]:
+    """Seconds of the verifier's prefill of each prompt, as the engine starts a problem (`start`)."""
+    out = []
+    for index in range(-min(warmup, len(prompts)), len(prompts)):
+        ids = torch.tensor([prompts[index]], device=verifier.device)
+        begin = time.perf_counter()
+        verifier.start(ids, torch.ones_like(ids, dtype=torch.bool))
+        if ids.is_cuda:
+            torch.cuda.synchronize()
+        if index >= 0:
+            out.append(time.perf_counter() - begin)
+    return out
 
 
 @dataclass
@@ -58,7 +76,6 @@ class RoundProfile:
     forward_s: list = field(default_factory=list)  # the verifier's forward over B + 1 tokens
     rule_s: list = field(default_factory=list)  # the acceptance rule (verify) and its host sync
     bookkeeping_s: list = field(default_factory=list)  # commits and appending the emitted tokens
-    prefill_s: list = field(default_factory=list)  # the verifier's prefill of the prefix (once per problem)
     tv_marginal: dict = field(default_factory=dict)  # K -> tensor [prefixes, B]: TV(p_i, q_i)
     target_prob: dict = field(default_factory=dict)  # K -> tensor [prefixes, B]: p_i(y_i)
     draft_prob: dict = field(default_factory=dict)  # K -> tensor [prefixes, B]: q_i(y_i)
@@ -91,7 +108,7 @@ def profile_rounds(drafters: dict, verifier, prefixes: list[list[int]], block_si
             if index < 0:
                 continue
             out.draft_s[steps].append(parts["draft"])
-            for name in ("forward", "rule", "bookkeeping", "prefill"):
+            for name in ("forward", "rule", "bookkeeping"):
                 getattr(out, f"{name}_s").append(parts[name])
             for name, values in distances.items():
                 recorded[name][steps].append(values)
@@ -105,10 +122,7 @@ def _one_round(drafter, verifier, prefix: list[int], block_size: int, proposal: 
     key_mask = torch.ones_like(ids, dtype=torch.bool)
     sync = torch.cuda.synchronize if ids.is_cuda else (lambda: None)
     layers = drafter.verifier_hidden_layers
-    start = time.perf_counter()
     hidden = verifier.start(ids, key_mask, layers)
-    sync()
-    prefilled = time.perf_counter()
     drafter.start(ids, key_mask, hidden)
     begin = time.perf_counter()
     draft = drafter.propose(ids, key_mask, block_size, generator)
@@ -127,7 +141,7 @@ def _one_round(drafter, verifier, prefix: list[int], block_size: int, proposal: 
     _append(ids, key_mask, result.tokens)
     result.tokens.tolist()
     done = time.perf_counter()
-    parts = {"prefill": prefilled - start, "draft": drafted - begin, "forward": scored - drafted,
+    parts = {"draft": drafted - begin, "forward": scored - drafted,
              "rule": checked - scored, "bookkeeping": done - checked}
     p = torch.softmax(target_logits[0, :block_size].double(), dim=-1)  # [B, V]: p_i after y_<i
     target_prob = p.gather(-1, draft.tokens[0, :, None]).squeeze(-1)

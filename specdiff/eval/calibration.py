@@ -6,8 +6,10 @@
     N(alpha) = sum_{j=0}^{B} alpha^j       expected tokens per round                 (Prop. 1, Eq. 9)
     T(K, alpha) = N(alpha) / (c_d(K) + c_v)  throughput                              (Eq. 7)
 
-d_K is the mean TV(p, q_K) over prefixes (`specdiff.engine.profile` measures it); c_v is the
-verifier's side of a round. Each model of acceptance is a survival curve s_n = P(the first n
+c_v is the verifier's side of a round; `predict` adds to it the prefill amortised over a problem's
+rounds when given the generated tokens per problem (measured apart, documented in docs/frontier.md).
+
+d_K is the mean TV(p, q_K) over prefixes (`specdiff.engine.profile` measures it). Each model of acceptance is a survival curve s_n = P(the first n
 drafts of a round are accepted), n = 0..B, from which `predict` derives tokens per round and
 throughput: `iid_survival` is the paper's (Eq. 6 and Proposition 1: s_n = alpha^n);
 `positional_survival` (one d_K per drafted position) and `per_draft_survival` (the sampled drafts
@@ -107,16 +109,26 @@ def per_draft_survival(target_prob, draft_prob, lam: float) -> np.ndarray:
     return np.concatenate([[1.0], survival])
 
 
-def predict(survival: Sequence[float], steps: int, fit: dict, verify_seconds: float) -> dict:
+def amortised_prefill(prefill_seconds: float, tokens_per_round: float, tokens_per_problem: float) -> float:
+    """The verifier's prefill, paid once per problem, spread over its rounds: prefill x N / L, with N
+    tokens per round and L generated tokens per problem (L / N rounds). Outside Eq. 7; see `predict`."""
+    return prefill_seconds * tokens_per_round / tokens_per_problem if tokens_per_problem else 0.0
+
+
+def predict(survival: Sequence[float], steps: int, fit: dict, verify_seconds: float, prefill_seconds: float = 0.0,
+            tokens_per_problem: float | None = None) -> dict:
     """What a survival curve s_n = P(first n drafts accepted), n = 0..B, says of one configuration:
-    tokens per round sum_n s_n (Prop. 1, Eq. 10), the per-position acceptance accepted / tried
-    (= alpha for alpha^n), the round's seconds c_d(K) + c_v and the throughput (Eq. 7)."""
+    tokens per round N = sum_n s_n (Prop. 1, Eq. 10), the per-position acceptance accepted / tried
+    (= alpha for alpha^n), the round's seconds and the throughput N / round (Eq. 7). The round costs
+    c_d(K) + c_v, plus the amortised prefill when `tokens_per_problem` is given (a measured overhead
+    term added to c_v: wall time, which throughput divides by, includes the prefill)."""
     s = np.asarray(survival, dtype=float)
     tokens = float(s.sum())
-    round_seconds = draft_cost(fit, steps) + verify_seconds
+    prefill = amortised_prefill(prefill_seconds, tokens, tokens_per_problem)
+    round_seconds = draft_cost(fit, steps) + verify_seconds + prefill
     tried = float(s[:-1].sum())
     return {"acceptance": float(s[1:].sum()) / tried if tried else float("nan"),
-            "accepted_per_round": tokens - 1.0, "tokens_per_round": tokens,
+            "accepted_per_round": tokens - 1.0, "tokens_per_round": tokens, "prefill_ms_per_round": 1000 * prefill,
             "round_ms": 1000 * round_seconds, "throughput": tokens / round_seconds}
 
 

@@ -37,8 +37,9 @@ def figure3_png(result: dict, summaries: list[dict]) -> bytes:
         a.plot([c_["predicted"]["eq7"]["acceptance"] for c_ in mine], [c_["agreement"] for c_ in mine], "o",
                color=colour)
         if chosen == "eq7":
-            speeds = [model.throughput(model.expected_acceptance(d_k, lam), block, model.draft_cost(fit, steps),
-                                       cost["c_v_ms"] / 1000) for lam in lams]
+            speeds = [model.predict(model.iid_survival(model.expected_acceptance(d_k, lam), block), steps, fit,
+                                    cost["c_v_ms"] / 1000, cost["prefill_ms"] / 1000,
+                                    result["prefixes"]["verifier_tokens_per_problem"])["throughput"] for lam in lams]
             c.plot(speeds, agreement, color=colour, label=label)
         c.plot([c_["predicted"][chosen]["throughput"] for c_ in mine], [c_["agreement"] for c_ in mine],
                "o-" if chosen != "eq7" else "o", color=colour, label=label if chosen != "eq7" else None)
