@@ -18,6 +18,8 @@ def test_calibrate_runs_the_sweep_fits_the_model_and_reports(tmp_path, capsys):
     out = json.loads(capsys.readouterr().out)
     assert math.isfinite(out["median_rel_error_throughput"]) and out["median_rel_error_throughput"] >= 0
     assert set(out["errors_by_model"]) == {"eq7", "positional", "per_draft"} and out["model"] == "eq7"
+    assert set(out["errors_by_costs"]) == {"timed", "sweep"} and out["costs_source"] == "timed"
+    assert set(out["costs_other"]["B=6"]["sweep_over_timed"]) == {"draft K=1", "draft K=2", "verifier forward and rule"}
     assert len(out["configurations"]) == 4  # K = 1, 2 x lam = 0, 0.5
     cost = out["costs"]["B=6"]
     assert set(cost["draft_ms"]) == {"K=1", "K=2"} and "r2" in cost["fit"] and cost["c_v_ms"] > 0

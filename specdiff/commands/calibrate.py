@@ -26,6 +26,7 @@ from pathlib import Path
 from specdiff.argtypes import output_file, positive_int
 
 MODELS = ("eq7", "positional", "per_draft")
+COSTS = ("timed", "sweep")
 
 
 def register(subparsers) -> None:
@@ -43,6 +44,8 @@ def register(subparsers) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the prefixes and the timed rounds' draws")
     p.add_argument("--model", choices=MODELS, default="eq7",
                    help="the model whose errors are the headline (default eq7: the paper's Eq. 6-7, Prop. 1)")
+    p.add_argument("--costs", choices=COSTS, default="timed",
+                   help="c_d(K) and c_v from the calibration's own timed rounds (default) or from the sweep's rounds")
     p.add_argument("--plot", type=output_file(".png"), default=None,
                    help="Figure 3's panels (default: STORE with suffix .calibration.png)")
     p.add_argument("--no-plot", action="store_true", help="draw nothing (the store keeps no figure either)")
@@ -58,7 +61,7 @@ def run(args) -> int:
 
         run_sweep(args.config, args.store, progress=not args.json)
     result, summaries = calibrate(args.store, prompts=args.prompts, cuts=args.cuts, steps=args.steps, seed=args.seed,
-                                  model=args.model, progress=not args.json)
+                                  model=args.model, costs=args.costs, progress=not args.json)
     artifact = dict(result)
     if not args.no_plot:
         from specdiff.eval.calibration_figure import figure3_png
@@ -81,7 +84,7 @@ def run(args) -> int:
 
 
 def calibrate(store_path, prompts: int = 100, cuts: int = 2, steps: list[int] | None = None, seed: int = 0,
-              model: str = "eq7", progress: bool = False) -> tuple[dict, list[dict]]:
+              model: str = "eq7", costs: str = "timed", progress: bool = False) -> tuple[dict, list[dict]]:
     """(the calibration, the store's configuration summaries); see the module docstring."""
     import torch
 
@@ -91,6 +94,8 @@ def calibrate(store_path, prompts: int = 100, cuts: int = 2, steps: list[int] | 
 
     if model not in MODELS:
         raise ValueError(f"unknown model {model!r}: expected one of {MODELS}")
+    if costs not in COSTS:
+        raise ValueError(f"unknown costs {costs!r}: expected one of {COSTS}")
     begin = time.perf_counter()
     sweep = load_sweep(store_path)
     linear = _linear_configurations(sweep, store_path)
@@ -111,20 +116,28 @@ def calibrate(store_path, prompts: int = 100, cuts: int = 2, steps: list[int] | 
                                         progress)
     tokens_per_problem = statistics.fmean(lengths)
     prefill = statistics.median(prefill_seconds(verifier, prompt_rows))
-    costs, distances, profiles = {}, {}, {}
+    timed, from_sweep, distances, profiles = {}, {}, {}, {}
     for block in sorted({s["params"]["block_size"] for s in linear}):
         drafters = {k: build_generator(RunConfig(name="calibrate", **dict(base, steps=k, block_size=block)),
                                        cache).drafter for k in efforts}
         proposal = base["proposal"]
         profile = profile_rounds(drafters, verifier, prefixes, block, proposal, seed, progress=progress)
         profiles[block] = profile
-        costs[f"B={block}"] = _costs(profile, efforts, prefill)
+        timed[f"B={block}"] = _timed_costs(profile, efforts, prefill)
+        from_sweep[f"B={block}"] = _sweep_costs([s for s in linear if s["params"]["block_size"] == block],
+                                                timed[f"B={block}"])
         distances[f"B={block}"] = {mode: _distances(profile, efforts, mode)
                                    for mode in sorted({s["params"]["proposal"] for s in linear})}
-    configurations = [_compare(s, sweep["rows"], profiles, costs, tokens_per_problem) for s in linear]
+    by_source = {"timed": timed, "sweep": from_sweep}
+    compared = {source: [_compare(s, sweep["rows"], profiles, c, tokens_per_problem) for s in linear]
+                for source, c in by_source.items()}
+    configurations = compared[costs]
     result = _headline(configurations, model)
     result.update(
-        model=model, store=str(store_path), models=settings["models"], costs=costs, distance=distances,
+        model=model, costs_source=costs, store=str(store_path), models=settings["models"], costs=by_source[costs],
+        costs_other=by_source["sweep" if costs == "timed" else "timed"],
+        errors_by_costs={source: _headline(c, model)["errors_by_model"] for source, c in compared.items()},
+        distance=distances,
         prefixes={"count": len(prefixes), "prompts": len(prompt_rows), "cuts_per_prompt": cuts, "seed": seed,
                   "source": source, "mean_tokens": statistics.fmean(len(p) for p in prefixes),
                   "verifier_tokens_per_problem": tokens_per_problem},
@@ -166,19 +179,44 @@ def _calibration_prompts(settings: dict, count: int, tokenizer) -> tuple[list[li
     return rows, source
 
 
-def _costs(profile, efforts: list[int], prefill: float) -> dict:
+def _timed_costs(profile, efforts: list[int], prefill: float) -> dict:
+    """c_d(K) fitted on the timed rounds' drafting, c_v = their verifier forward + rule + bookkeeping."""
     from specdiff.eval.calibration import fit_draft_cost
 
     draft = {k: statistics.median(profile.draft_s[k]) for k in efforts}
     fit = fit_draft_cost(efforts, [draft[k] for k in efforts])
-    parts = {name: statistics.median(getattr(profile, f"{name}_s")) for name in ("forward", "rule", "bookkeeping")}
-    return {"draft_ms": {f"K={k}": 1000 * v for k, v in draft.items()},
-            "fit": {"a_ms": 1000 * fit["a"], "b_ms": 1000 * fit["b"], "r2": fit["r2"],
-                    "residuals_ms": {f"K={k}": 1000 * r for k, r in zip(efforts, fit["residuals"])}},
-            "c_v_ms": 1000 * (parts["forward"] + parts["rule"] + parts["bookkeeping"]),
-            "verifier_forward_ms": 1000 * parts["forward"], "rule_ms": 1000 * parts["rule"],
-            "bookkeeping_ms": 1000 * parts["bookkeeping"], "prefill_ms": 1000 * prefill,
-            "timed_rounds_per_k": len(profile.forward_s) // max(len(efforts), 1)}
+    parts = {name: 1000 * statistics.median(getattr(profile, f"{name}_s")) for name in ("forward", "rule",
+                                                                                       "bookkeeping")}
+    return {"source": "timed rounds", "draft_ms": {f"K={k}": 1000 * v for k, v in draft.items()},
+            "fit": _fit_ms(fit, efforts), "c_v_ms": sum(parts.values()), "c_v_parts_ms": parts,
+            "prefill_ms": 1000 * prefill, "timed_rounds_per_k": len(profile.forward_s) // max(len(efforts), 1)}
+
+
+def _sweep_costs(linear: list[dict], timed: dict) -> dict:
+    """c_d(K) fitted on the sweep's own rounds (drafting seconds per round of each K, over its lam),
+    c_v = their verifier forward and rule + the timed bookkeeping; the prefill as timed. For a
+    machine whose load drifts between the sweep and the calibration (`sweep_over_timed` shows it)."""
+    from specdiff.eval.calibration import fit_draft_cost
+
+    def per_round(group, key):
+        return sum(s[key] * s["rounds"] for s in group) / sum(s["rounds"] for s in group)
+
+    efforts = sorted({s["params"]["steps"] for s in linear})
+    draft = {k: per_round([s for s in linear if s["params"]["steps"] == k], "draft_ms_per_round") for k in efforts}
+    fit = fit_draft_cost(efforts, [draft[k] for k in efforts])
+    parts = {"forward_and_rule": per_round(linear, "verify_ms_per_round"),
+             "bookkeeping": timed["c_v_parts_ms"]["bookkeeping"]}
+    timed_verify = timed["c_v_parts_ms"]["forward"] + timed["c_v_parts_ms"]["rule"]
+    drift = {f"draft K={k}": draft[k] / timed["draft_ms"][f"K={k}"] for k in efforts}
+    drift["verifier forward and rule"] = parts["forward_and_rule"] / timed_verify
+    return {"source": "the sweep's rounds", "draft_ms": {f"K={k}": v for k, v in draft.items()},
+            "fit": _fit_ms(fit, efforts, scale=1.0), "c_v_ms": sum(parts.values()), "c_v_parts_ms": parts,
+            "prefill_ms": timed["prefill_ms"], "sweep_over_timed": drift}
+
+
+def _fit_ms(fit: dict, efforts: list[int], scale: float = 1000.0) -> dict:
+    return {"a_ms": scale * fit["a"], "b_ms": scale * fit["b"], "r2": fit["r2"],
+            "residuals_ms": {f"K={k}": scale * r for k, r in zip(efforts, fit["residuals"])}}
 
 
 def _distances(profile, efforts: list[int], proposal: str) -> dict:
@@ -240,8 +278,11 @@ def _print(result: dict) -> None:
         fit = cost["fit"]
         console.print(f"{block}: c_d(K) = {fit['a_ms']:.3f} + {fit['b_ms']:.3f} K ms (R^2 {fit['r2']:.3f}; measured "
                       + ", ".join(f"{k} {v:.2f}" for k, v in cost["draft_ms"].items())
-                      + f"); c_v = {cost['c_v_ms']:.2f} ms (forward {cost['verifier_forward_ms']:.2f}, rule "
-                      f"{cost['rule_ms']:.2f}, bookkeeping {cost['bookkeeping_ms']:.2f}); prefill {cost['prefill_ms']:.2f}")
+                      + f"); c_v = {cost['c_v_ms']:.2f} ms ("
+                      + ", ".join(f"{k} {v:.2f}" for k, v in cost["c_v_parts_ms"].items())
+                      + f"); prefill {cost['prefill_ms']:.2f} ms per problem; costs from {cost['source']}")
+        drift = cost.get("sweep_over_timed") or result["costs_other"][block].get("sweep_over_timed", {})
+        console.print("  sweep / timed cost ratios (load drift): " + ", ".join(f"{k} {v:.2f}" for k, v in drift.items()))
         for mode, per_k in result["distance"][block].items():
             console.print(f"  d_K ({mode}): " + ", ".join(f"{k} {v['d_K']:.3f} ± {v['stderr']:.3f}"
                                                            for k, v in per_k.items()))
@@ -255,7 +296,9 @@ def _print(result: dict) -> None:
                       f"{p['round_ms']:.2f} / {m['round_ms']:.2f}", f"{p['throughput']:.0f} / {m['throughput']:.0f}",
                       f"{c['rel_error'][model]['throughput']:+.3f}")
     console.print(table)
-    for name, errors in result["errors_by_model"].items():
-        console.print(f"{name}: " + ", ".join(f"{k} {v:.3f}" for k, v in errors.items() if v is not None))
+    for source, by_model in result["errors_by_costs"].items():
+        for name, errors in by_model.items():
+            console.print(f"costs {source}, model {name}: "
+                          + ", ".join(f"{k} {v:.3f}" for k, v in errors.items() if v is not None))
     console.print(f"prefixes: {result['prefixes']['count']} from {result['prefixes']['source']}; "
                   f"{result['seconds']:.1f} s" + (f"; plot: {result['plot']}" if "plot" in result else ""))
