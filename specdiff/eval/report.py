@@ -109,15 +109,15 @@ def _calibration_section(artifacts: dict) -> str:
                                                            for m, e in by_model.items()], left=2)
     for block, cost in calibration.get("costs", {}).items():
         fit = cost["fit"]
-        out += (f'<p class="note">{_e(block)}: c_d(K) = {fit["a_ms"]:.3f} + {fit["b_ms"]:.3f} K ms (R² {fit["r2"]:.3f}, '
-                f'residuals {_e(json.dumps({k: round(v, 3) for k, v in fit["residuals_ms"].items()}))}); '
-                f'c_v = {cost["c_v_ms"]:.2f} ms ('
-                + _e(", ".join(f"{k} {v:.2f}" for k, v in cost["c_v_parts_ms"].items()))
-                + f'); prefill {cost["prefill_ms"]:.2f} ms per problem; costs from {_e(cost["source"])}; '
-                + _drift(calibration.get("costs_other", {}).get(block, {}), cost)
-                "d_K: " + _e("; ".join(f"{mode} " + ", ".join(f"{k} {v['d_K']:.3f} ± {v['stderr']:.3f}"
-                                                             for k, v in per_k.items())
-                                       for mode, per_k in calibration["distance"][block].items())) + "</p>")
+        residuals = {k: round(v, 3) for k, v in fit["residuals_ms"].items()}
+        parts = ", ".join(f"{k} {v:.2f}" for k, v in cost["c_v_parts_ms"].items())
+        distances = "; ".join(f"{mode} " + ", ".join(f"{k} {v['d_K']:.3f} ± {v['stderr']:.3f}" for k, v in per_k.items())
+                              for mode, per_k in calibration["distance"][block].items())
+        text = (f"{block}: c_d(K) = {fit['a_ms']:.3f} + {fit['b_ms']:.3f} K ms (R² {fit['r2']:.3f}, residuals "
+                f"{json.dumps(residuals)}); c_v = {cost['c_v_ms']:.2f} ms ({parts}); prefill {cost['prefill_ms']:.2f} ms "
+                f"per problem; costs from {cost['source']}; {_drift(calibration.get('costs_other', {}).get(block, {}), cost)}"
+                f"d_K: {distances}")
+        out += f'<p class="note">{_e(text)}</p>'
     if "configurations" in calibration:
         model = calibration.get("model", "eq7")
         header = ["configuration", "d_K", "agreement", "acceptance pred / meas", "tokens/round pred / meas",
@@ -136,7 +136,7 @@ def _drift(other: dict, cost: dict) -> str:
     drift = cost.get("sweep_over_timed") or other.get("sweep_over_timed")
     if not drift:
         return ""
-    return "sweep / timed cost ratios (load drift) " + _e(", ".join(f"{k} {v:.2f}" for k, v in drift.items())) + "; "
+    return "sweep / timed cost ratios (load drift) " + ", ".join(f"{k} {v:.2f}" for k, v in drift.items()) + "; "
 
 
 def _configurations_section(sweep: dict) -> str:
