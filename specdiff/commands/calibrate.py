@@ -282,7 +282,8 @@ def _print(result: dict) -> None:
                       + ", ".join(f"{k} {v:.2f}" for k, v in cost["c_v_parts_ms"].items())
                       + f"); prefill {cost['prefill_ms']:.2f} ms per problem; costs from {cost['source']}")
         drift = cost.get("sweep_over_timed") or result["costs_other"][block].get("sweep_over_timed", {})
-        console.print("  sweep / timed cost ratios (load drift): " + ", ".join(f"{k} {v:.2f}" for k, v in drift.items()))
+        ratios = ", ".join(f"{k} {v:.2f}" for k, v in drift.items())
+        console.print(f"  sweep / timed cost ratios (load drift): {ratios}")
         for mode, per_k in result["distance"][block].items():
             console.print(f"  d_K ({mode}): " + ", ".join(f"{k} {v['d_K']:.3f} ± {v['stderr']:.3f}"
                                                            for k, v in per_k.items()))

@@ -8,13 +8,15 @@
 
 c_v is the verifier's side of a round; `predict` adds to it the prefill amortised over a problem's
 rounds when given the generated tokens per problem (measured apart, documented in docs/frontier.md).
+d_K is the mean TV(p, q_K) over prefixes (`specdiff.engine.profile` measures it).
 
-d_K is the mean TV(p, q_K) over prefixes (`specdiff.engine.profile` measures it). Each model of acceptance is a survival curve s_n = P(the first n
-drafts of a round are accepted), n = 0..B, from which `predict` derives tokens per round and
-throughput: `iid_survival` is the paper's (Eq. 6 and Proposition 1: s_n = alpha^n);
-`positional_survival` (one d_K per drafted position) and `per_draft_survival` (the sampled drafts
-themselves) drop Proposition 1's assumptions one at a time, to show what its error comes from. `compare` puts a prediction beside the measurement of a sweep's
-configuration and `summarize_errors` gives the median relative errors. Nothing here touches models.
+Each model of acceptance is a survival curve s_n = P(the first n drafts of a round are accepted),
+n = 0..B, from which `predict` derives tokens per round and throughput: `iid_survival` is the
+paper's (Eq. 6 and Proposition 1: s_n = alpha^n); `positional_survival` (one d_K per drafted
+position) and `per_draft_survival` (the sampled drafts themselves) drop Proposition 1's
+assumptions one at a time, to show what its error comes from. `compare` puts a prediction beside
+the measurement of a sweep's configuration, `summarize_errors` gives the median relative errors.
+Nothing here touches models.
 """
 from __future__ import annotations
 

@@ -50,9 +50,11 @@ def figure3_png(result: dict, summaries: list[dict]) -> bytes:
         d.plot([c_["predicted"][chosen]["throughput"] for c_ in mine], accuracy, "x", color=colour)
     errors = result["errors_by_model"][chosen]
     titles = {a: "(a) theoretical: acceptance vs agreement (Eq. 6)",
-              b: f"(b) measured acceptance (x: predicted; median |rel. err.| {_pct(errors['median_rel_error_acceptance'])})",
+              b: "(b) measured acceptance (x: predicted; median |rel. err.| "
+                 f"{_pct(errors['median_rel_error_acceptance'])})",
               c: f"(c) theoretical throughput ({'Eq. 7' if chosen == 'eq7' else chosen})",
-              d: f"(d) measured throughput (x: predicted; median |rel. err.| {_pct(errors['median_rel_error_throughput'])})"}
+              d: "(d) measured throughput (x: predicted; median |rel. err.| "
+                 f"{_pct(errors['median_rel_error_throughput'])})"}
     for axis, title in titles.items():
         axis.set_title(title, fontsize=9)
         axis.grid(alpha=0.3)

@@ -111,11 +111,13 @@ def _calibration_section(artifacts: dict) -> str:
         fit = cost["fit"]
         residuals = {k: round(v, 3) for k, v in fit["residuals_ms"].items()}
         parts = ", ".join(f"{k} {v:.2f}" for k, v in cost["c_v_parts_ms"].items())
-        distances = "; ".join(f"{mode} " + ", ".join(f"{k} {v['d_K']:.3f} ± {v['stderr']:.3f}" for k, v in per_k.items())
+        distances = "; ".join(f"{mode} " + ", ".join(f"{k} {v['d_K']:.3f} ± {v['stderr']:.3f}"
+                                                      for k, v in per_k.items())
                               for mode, per_k in calibration["distance"][block].items())
+        drift = _drift(calibration.get("costs_other", {}).get(block, {}), cost)
         text = (f"{block}: c_d(K) = {fit['a_ms']:.3f} + {fit['b_ms']:.3f} K ms (R² {fit['r2']:.3f}, residuals "
-                f"{json.dumps(residuals)}); c_v = {cost['c_v_ms']:.2f} ms ({parts}); prefill {cost['prefill_ms']:.2f} ms "
-                f"per problem; costs from {cost['source']}; {_drift(calibration.get('costs_other', {}).get(block, {}), cost)}"
+                f"{json.dumps(residuals)}); c_v = {cost['c_v_ms']:.2f} ms ({parts}); prefill "
+                f"{cost['prefill_ms']:.2f} ms per problem; costs from {cost['source']}; {drift}"
                 f"d_K: {distances}")
         out += f'<p class="note">{_e(text)}</p>'
     if "configurations" in calibration:
@@ -127,7 +129,8 @@ def _calibration_section(artifacts: dict) -> str:
             p, m = c["predicted"][model], c["measured"]
             body.append([_e(c["name"]), _fmt(c["d_K"]), _fmt(c["agreement"])]
                         + [f"{_fmt(p[k])} / {_fmt(m[k])}" for k in ("acceptance", "tokens_per_round", "round_ms")]
-                        + [f"{p['throughput']:.0f} / {m['throughput']:.0f}", f"{c['rel_error'][model]['throughput']:+.3f}"])
+                        + [f"{p['throughput']:.0f} / {m['throughput']:.0f}",
+                           f"{c['rel_error'][model]['throughput']:+.3f}"])
         out += _table(header, body)
     return out + "".join(f'<img alt="{_e(k)}" src="data:image/png;base64,{_e(v)}">' for k, v in figures.items())
 
