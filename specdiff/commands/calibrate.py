@@ -5,10 +5,12 @@ Figure 3) fitted on the testbed and checked against a sweep's measurements.
    must hold a finished sweep. Its Linear(lam), token-verification, fixed-K configurations are the
    measurements.
 2. Costs and distances, side by side in one run (`specdiff.engine.profile`): prefixes are sampled
-   on problems the sweep did not use; on each, one timed engine round per effort K gives c_d(K) (fit
-   a + bK), c_v (the verifier's forward, the rule and the bookkeeping; plus the verifier's prefill
+   on problems the sweep did not use (the verifier's answers cut at random points); on each, one
+   timed engine round per effort K gives c_d(K) (fit a + bK), c_v (the verifier's forward, the rule and the bookkeeping; plus the verifier's prefill
    amortised over a problem's rounds, whose length is that of the verifier's own sampled answers)
-   and TV(p_i, q_i) per drafted position, whose mean is d_K.
+   and TV(p_i, q_i) per drafted position, whose mean is d_K (by default on H_K: the prefixes at
+   which a lossless run at effort K starts its rounds, on the same prompts; `--prefixes cuts`: on
+   the cut answers, one H for every K).
 3. Predictions (`specdiff.eval.calibration`): Eq. 6 and Proposition 1 / Eq. 7 per configuration, and
    two variants that drop Prop. 1's assumptions (one d_K per position; the sampled drafts).
 4. The median relative errors (`median_rel_error_throughput`, ...), Figure 3's four panels
@@ -27,6 +29,7 @@ from specdiff.argtypes import output_file, positive_int
 
 MODELS = ("eq7", "positional", "per_draft")
 COSTS = ("timed", "sweep")
+PREFIXES = ("rounds", "cuts")
 
 
 def register(subparsers) -> None:
@@ -44,6 +47,9 @@ def register(subparsers) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the prefixes and the timed rounds' draws")
     p.add_argument("--model", choices=MODELS, default="eq7",
                    help="the model whose errors are the headline (default eq7: the paper's Eq. 6-7, Prop. 1)")
+    p.add_argument("--prefixes", choices=PREFIXES, default="rounds",
+                   help="d_K on the round starts of a lossless run at each K (default: H_K), or on the verifier's "
+                        "answers cut at random points (one H for every K)")
     p.add_argument("--costs", choices=COSTS, default="timed",
                    help="c_d(K) and c_v from the calibration's own timed rounds (default) or from the sweep's rounds")
     p.add_argument("--plot", type=output_file(".png"), default=None,
@@ -61,7 +67,8 @@ def run(args) -> int:
 
         run_sweep(args.config, args.store, progress=not args.json)
     result, summaries = calibrate(args.store, prompts=args.prompts, cuts=args.cuts, steps=args.steps, seed=args.seed,
-                                  model=args.model, costs=args.costs, progress=not args.json)
+                                  model=args.model, costs=args.costs, prefix_source=args.prefixes,
+                                  progress=not args.json)
     artifact = dict(result)
     if not args.no_plot:
         from specdiff.eval.calibration_figure import figure3_png
@@ -84,16 +91,19 @@ def run(args) -> int:
 
 
 def calibrate(store_path, prompts: int = 100, cuts: int = 2, steps: list[int] | None = None, seed: int = 0,
-              model: str = "eq7", costs: str = "timed", progress: bool = False) -> tuple[dict, list[dict]]:
+              model: str = "eq7", costs: str = "timed", prefix_source: str = "rounds",
+              progress: bool = False) -> tuple[dict, list[dict]]:
     """(the calibration, the store's configuration summaries); see the module docstring."""
     import torch
 
-    from specdiff.engine.profile import prefill_seconds, profile_rounds, sample_prefixes
+    from specdiff.engine.profile import prefill_seconds, profile_rounds, round_start_prefixes, sample_prefixes
     from specdiff.engine.runs import ModelCache, RunConfig, build_generator
     from specdiff.eval.frontier import load_sweep
 
     if model not in MODELS:
         raise ValueError(f"unknown model {model!r}: expected one of {MODELS}")
+    if prefix_source not in PREFIXES:
+        raise ValueError(f"unknown prefixes {prefix_source!r}: expected one of {PREFIXES}")
     if costs not in COSTS:
         raise ValueError(f"unknown costs {costs!r}: expected one of {COSTS}")
     begin = time.perf_counter()
@@ -116,14 +126,24 @@ def calibrate(store_path, prompts: int = 100, cuts: int = 2, steps: list[int] | 
                                         progress)
     tokens_per_problem = statistics.fmean(lengths)
     prefill = statistics.median(prefill_seconds(verifier, prompt_rows))
-    timed, from_sweep, distances, profiles = {}, {}, {}, {}
+    timed, from_sweep, distances, profiles, round_starts = {}, {}, {}, {}, {}
     for block in sorted({s["params"]["block_size"] for s in linear}):
         drafters = {k: build_generator(RunConfig(name="calibrate", **dict(base, steps=k, block_size=block)),
                                        cache).drafter for k in efforts}
         proposal = base["proposal"]
         profile = profile_rounds(drafters, verifier, prefixes, block, proposal, seed, progress=progress)
-        profiles[block] = profile
         timed[f"B={block}"] = _timed_costs(profile, efforts, prefill)
+        if prefix_source == "rounds":  # the distances on each K's own round starts (the timing stays as measured)
+            for k in efforts:
+                lossless = build_generator(RunConfig(name="calibrate", **dict(base, steps=k, block_size=block,
+                                                                               rule="linear", leniency=0.0)), cache)
+                starts = round_start_prefixes(lossless, prompt_rows, len(prefixes), settings["task"]["max_new_tokens"],
+                                              seed, progress)
+                own = profile_rounds({k: lossless.drafter}, verifier, starts, block, proposal, seed, progress=progress)
+                for name in ("tv_marginal", "target_prob", "draft_prob"):
+                    getattr(profile, name)[k] = getattr(own, name)[k]
+                round_starts[f"B={block} K={k}"] = len(starts)
+        profiles[block] = profile
         from_sweep[f"B={block}"] = _sweep_costs([s for s in linear if s["params"]["block_size"] == block],
                                                 timed[f"B={block}"])
         distances[f"B={block}"] = {mode: _distances(profile, efforts, mode)
@@ -140,7 +160,8 @@ def calibrate(store_path, prompts: int = 100, cuts: int = 2, steps: list[int] | 
         distance=distances,
         prefixes={"count": len(prefixes), "prompts": len(prompt_rows), "cuts_per_prompt": cuts, "seed": seed,
                   "source": source, "mean_tokens": statistics.fmean(len(p) for p in prefixes),
-                  "verifier_tokens_per_problem": tokens_per_problem},
+                  "verifier_tokens_per_problem": tokens_per_problem, "distances_on": prefix_source,
+                  "round_starts": round_starts},
         configurations=configurations, threads=settings["run"]["threads"],
         seconds=time.perf_counter() - begin)
     return result, linear

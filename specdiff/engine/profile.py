@@ -4,6 +4,8 @@ c_d(K) and c_v of a round.
 
 - `sample_prefixes`: each prompt plus the verifier's own sampled continuation, cut at uniformly
   random points (never after EOS). These are the contexts a lossless run meets, as the paper's H.
+- `round_start_prefixes`: the prefixes at which a lossless run of the engine at effort K starts its
+  rounds (H_K as the paper indexes it), on the same prompts.
 - `prefill_seconds`: the verifier's prefill of each prompt, paid once per problem.
 - `profile_rounds`: on each prefix and for each drafter (one per effort K), ONE timed round of
   the engine's loop (`engine/generate.py`), run exactly as the engine runs it at batch 1: the
@@ -51,6 +53,33 @@ def sample_prefixes(verifier, prompts: list[list[int]], cuts_per_prompt: int, ma
         usable = len(continuation) - (1 if continuation and continuation[-1] in eos else 0)
         prefixes += [prompt + continuation[:cut.randint(0, max(usable - 1, 0))] for _ in range(cuts_per_prompt)]
     return prefixes, lengths
+
+
+def round_start_prefixes(generator, prompts: list[list[int]], count: int, max_new_tokens: int, seed: int,
+                         progress: bool = False) -> list[list[int]]:
+    """`count` prefixes drawn uniformly (seeded) from those at which `generator` (a SpeculativeGenerator,
+    typically lossless at one effort K) starts its rounds on `prompts`, one prompt at a time: the
+    paper's H_K as the rounds of a lossless run at effort K meet it."""
+    starts = []
+    drafter = generator.drafter
+    propose = drafter.propose
+
+    def recording_propose(ids, key_mask, block_size, draw=None):
+        starts.append(ids[0][key_mask[0]].tolist())
+        return propose(ids, key_mask, block_size, draw)
+
+    draws = torch.Generator(device=generator.verifier.device).manual_seed(seed)
+    iterator = prompts
+    if progress:
+        from tqdm.auto import tqdm
+        iterator = tqdm(prompts, desc="round starts (lossless runs)", leave=False, unit="prompt")
+    drafter.propose = recording_propose  # an instance attribute, removed below: the class is untouched
+    try:
+        for prompt in iterator:
+            generator.generate([prompt], max_new_tokens=max_new_tokens, generator=draws)
+    finally:
+        del drafter.propose
+    return random.Random(seed).sample(starts, min(count, len(starts)))
 
 
 @torch.inference_mode()
