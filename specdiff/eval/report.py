@@ -97,10 +97,49 @@ def _calibration_section(artifacts: dict) -> str:
         return ('<h2>Calibration</h2><p class="note">This store holds no calibration of the throughput model '
                 "(Eq. 6-7): run <code>specdiff calibrate</code> on it.</p>")
     figures = {k: v for k, v in calibration.items() if k.endswith("_png_base64")}
+    tables = ("costs", "costs_other", "distance", "configurations", "errors_by_model", "errors_by_costs")
     rows = [[_e(k), _e(json.dumps(v) if not isinstance(v, str) else v)] for k, v in calibration.items()
-            if k not in figures]
-    images = "".join(f'<img alt="{_e(k)}" src="data:image/png;base64,{_e(v)}">' for k, v in figures.items())
-    return "<h2>Calibration</h2>" + _table(["quantity", "value"], rows, left=2) + images
+            if k not in figures and k not in tables]
+    out = "<h2>Calibration of the throughput model (Eq. 6-7)</h2>" + _table(["quantity", "value"], rows, left=2)
+    by_costs = calibration.get("errors_by_costs") or {"-": calibration.get("errors_by_model", {})}
+    for source, by_model in by_costs.items():
+        if by_model:
+            keys = list(next(iter(by_model.values())))
+            out += _table(["costs from", "model"] + keys, [[_e(source), _e(m)] + [_fmt(e[k]) for k in keys]
+                                                           for m, e in by_model.items()], left=2)
+    for block, cost in calibration.get("costs", {}).items():
+        fit = cost["fit"]
+        residuals = {k: round(v, 3) for k, v in fit["residuals_ms"].items()}
+        parts = ", ".join(f"{k} {v:.2f}" for k, v in cost["c_v_parts_ms"].items())
+        distances = "; ".join(f"{mode} " + ", ".join(f"{k} {v['d_K']:.3f} ± {v['stderr']:.3f}"
+                                                      for k, v in per_k.items())
+                              for mode, per_k in calibration["distance"][block].items())
+        drift = _drift(calibration.get("costs_other", {}).get(block, {}), cost)
+        text = (f"{block}: c_d(K) = {fit['a_ms']:.3f} + {fit['b_ms']:.3f} K ms (R² {fit['r2']:.3f}, residuals "
+                f"{json.dumps(residuals)}); c_v = {cost['c_v_ms']:.2f} ms ({parts}); prefill "
+                f"{cost['prefill_ms']:.2f} ms per problem; costs from {cost['source']}; {drift}"
+                f"d_K: {distances}")
+        out += f'<p class="note">{_e(text)}</p>'
+    if "configurations" in calibration:
+        model = calibration.get("model", "eq7")
+        header = ["configuration", "d_K", "agreement", "acceptance pred / meas", "tokens/round pred / meas",
+                  "round ms pred / meas", "tokens/s pred / meas", "rel. error tokens/s"]
+        body = []
+        for c in calibration["configurations"]:
+            p, m = c["predicted"][model], c["measured"]
+            body.append([_e(c["name"]), _fmt(c["d_K"]), _fmt(c["agreement"])]
+                        + [f"{_fmt(p[k])} / {_fmt(m[k])}" for k in ("acceptance", "tokens_per_round", "round_ms")]
+                        + [f"{p['throughput']:.0f} / {m['throughput']:.0f}",
+                           f"{c['rel_error'][model]['throughput']:+.3f}"])
+        out += _table(header, body)
+    return out + "".join(f'<img alt="{_e(k)}" src="data:image/png;base64,{_e(v)}">' for k, v in figures.items())
+
+
+def _drift(other: dict, cost: dict) -> str:
+    drift = cost.get("sweep_over_timed") or other.get("sweep_over_timed")
+    if not drift:
+        return ""
+    return "sweep / timed cost ratios (load drift) " + ", ".join(f"{k} {v:.2f}" for k, v in drift.items()) + "; "
 
 
 def _configurations_section(sweep: dict) -> str:
