@@ -72,14 +72,15 @@ def run_list(args: argparse.Namespace) -> int:
     for name in configs.MODEL_NAMES:
         path = model_dir(name) / "model.safetensors"
         status = manifest.status(MANIFEST, MODELS_DIR, f"{name}/model.safetensors")
-        rows[name] = {"architecture": "Qwen3ForCausalLM", "objective": configs.TRAINING[name]["objective"],
+        rows[name] = {"architecture": configs.MODEL_CLASSES.get(name, "Qwen3ForCausalLM"),
+                      "objective": configs.TRAINING[name]["objective"],
                       **configs.ARCHITECTURES[name], "shipped": status == "shipped", "status": status,
                       "path": str(path), "bytes": path.stat().st_size if path.exists() else 0}
     if args.json:
         print(json.dumps({"models": rows}, indent=1))
     else:
         for name, row in rows.items():
-            print(f"{name:15s} {row['objective']:5s} hidden={row['hidden_size']} layers={row['num_hidden_layers']} "
+            print(f"{name:15s} {row['objective']:7s} hidden={row['hidden_size']} layers={row['num_hidden_layers']} "
                   f"{row['bytes'] / 1e6:.2f} MB {STATUS_NOTE[row['status']]}")
     return 0
 
