@@ -1,6 +1,7 @@
 """Standalone accuracy of a diffusion drafter on arith test problems: the drafter alone, block after
-block, every drafted token kept (no verifier), until EOS or the canvas limit. For a trained zoo
-drafter before it ships:
+block, every drafted token kept (no verifier), until EOS or the canvas limit
+(`specdiff.drafters.standalone`; `specdiff zoo eval` reports it for shipped drafters). For a trained
+zoo drafter before it ships:
 
     python scripts/drafter_standalone.py runs/zoo/block-drafter/model --steps 4 --block 8 -n 200
 """
@@ -13,31 +14,9 @@ import sys
 import torch
 
 
-@torch.inference_mode()
-def standalone(drafter, tokenizer, prompts: list[str], block: int, max_new_tokens: int, seed: int = 0) -> list[str]:
-    from specdiff.lm.masks import left_pad
-
-    generator = torch.Generator().manual_seed(seed)
-    texts = []
-    for prompt in prompts:
-        ids, key_mask = left_pad([tokenizer(prompt).input_ids], tokenizer.pad_token_id)
-        drafter.start(ids, key_mask)
-        new: list[int] = []
-        while len(new) < max_new_tokens and tokenizer.eos_token_id not in new:
-            draft = drafter.propose(ids, key_mask, block, generator)
-            tokens = draft.tokens[0].tolist()
-            new += tokens
-            ids = torch.cat([ids, draft.tokens], dim=1)
-            key_mask = torch.ones_like(ids, dtype=torch.bool)
-            drafter.commit(torch.tensor([block]))
-        if tokenizer.eos_token_id in new:
-            new = new[: new.index(tokenizer.eos_token_id)]
-        texts.append(tokenizer.decode(new[:max_new_tokens], skip_special_tokens=True))
-    return texts
-
-
 def main(argv=None) -> int:
     from specdiff import models, zoo
+    from specdiff.drafters.standalone import standalone_texts
     from specdiff.eval import tasks
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -54,7 +33,7 @@ def main(argv=None) -> int:
     effort = {"steps": args.steps} if args.threshold is None else {"threshold": args.threshold}
     drafter = models.load(args.drafter, role="drafter", **effort)
     problems = tasks.arith_problems("test", args.n)
-    texts = standalone(drafter, tokenizer, [p.prompt for p in problems], args.block, args.max_new_tokens)
+    texts = standalone_texts(drafter, tokenizer, [p.prompt for p in problems], args.block, args.max_new_tokens)
     accuracy = sum(tasks.is_correct(t, p.target) for t, p in zip(texts, problems)) / len(problems)
     print(json.dumps({"drafter": args.drafter, "kind": type(drafter).__name__, "steps": args.steps,
                       "threshold": args.threshold, "block": args.block, "n": args.n, "accuracy": accuracy,

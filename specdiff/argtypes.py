@@ -69,6 +69,14 @@ def unit_interval(text: str) -> float:
     return value
 
 
+def threshold(text: str) -> float:
+    """A confidence threshold tau in (0, 1]."""
+    value = _real(text)
+    if not 0.0 < value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must lie in (0, 1], got {text!r}")
+    return value
+
+
 def _writable_folder(folder: Path, text: str) -> None:
     if not folder.exists():
         raise argparse.ArgumentTypeError(f"folder {str(folder)!r} of {text!r} does not exist (create it first)")

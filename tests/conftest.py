@@ -14,3 +14,21 @@ def _reset_torch_threads():
     """Commands under test set their own thread count; restore ours before every test."""
     torch.set_num_threads(TEST_THREADS)
     yield
+
+
+@pytest.fixture(scope="session")
+def full_zoo(tmp_path_factory):
+    """A zoo folder with every recipe's weights: the shipped ones plus one-step trainings of the drafters
+    not shipped yet (tests/zoo_copies.py). Use it with `zoo_copies.zoo_folder`."""
+    from zoo_copies import with_new_drafters
+
+    return with_new_drafters(tmp_path_factory.mktemp("full-zoo"))
+
+
+@pytest.fixture
+def new_drafters(full_zoo):
+    """`zoo.load` reads `full_zoo` during the test: every drafter kind has weights."""
+    from zoo_copies import zoo_folder
+
+    with zoo_folder(full_zoo):
+        yield full_zoo

@@ -2,7 +2,11 @@
 side by side in one run on the shipped testbed.
 
 1. Tuning, on validation problems only: the best (K, B, prefix cache) of a grid for the
-   masked drafter (lossless, marginal proposal) and the best B for the AR drafter, by tokens/s.
+   masked drafter (lossless, marginal proposal) and the best B for the AR drafter, by tokens/s;
+   with `--drafters block,uniform,dflash` also each of those kinds' best lossless configuration
+   (block: K in --block-steps or tau in --block-taus, B <= its trained block length; uniform: K in
+   --uniform-steps; dflash: B only; B from --blocks). These are exact: marginal proposal, except the
+   block drafter at K > 1 or with tau, whose q is not its marginal: point mass there.
 2. Measurement, on test problems (never seen by the tuning): for `--repeats` rounds, each method
    runs once per round in turn (interleaved, so machine load falls on all alike), one problem at a
    time, with the same prompts, max tokens and seed per round:
@@ -11,12 +15,14 @@ side by side in one run on the shipped testbed.
    - `hf_assisted`: transformers' `generate(assistant_model=ar-drafter, do_sample=True)`;
    - `spec_ar`: classic speculative decoding with specdiff's AR drafter;
    - `spec`: lossless speculative diffusion with the masked drafter at the tuned config;
-   - `spec_batch8`: the same configuration, 8 problems per batch.
+   - `spec_batch8`: the same configuration, 8 problems per batch;
+   - `spec_<kind>`: each further kind of `--drafters` at its tuned configuration.
    tokens/s of a method is its generated tokens over its wall seconds; the median over repeats is
    reported, and every ratio is a ratio of those medians. Accuracy pools all repeats. Beside it,
    `cpu_time_ratios` uses tokens per CPU second of the (single) torch thread, which a busy
    machine does not distort.
-The per-round profile of `spec` splits a round into drafting, the verifier's forward, and the
+`kinds` reports, per drafter kind side by side, its speedup over AR, tokens per round, accuracy,
+exactness and configuration (masked: `spec`, ar: `spec_ar`). The per-round profile of `spec` splits a round into drafting, the verifier's forward, and the
 rest (acceptance rule, cache bookkeeping, prefill amortised over rounds).
 """
 from __future__ import annotations
@@ -25,7 +31,28 @@ import itertools
 import json
 import statistics
 
-from specdiff.argtypes import nonnegative_int, positive_int
+from specdiff.argtypes import nonnegative_int, positive_int, threshold
+
+DEFAULT_DRAFTERS = {"masked": "masked-drafter", "ar": "ar-drafter"}  # the headline's drafters, always measured
+
+
+def drafter_references(values: list[str] | None) -> dict[str, str]:
+    """--drafters -> {kind: zoo name or path}, masked and ar always included; refuses a kind named twice
+    and a zoo model that is not trained yet (naming `specdiff zoo train NAME`), before anything runs."""
+    from specdiff.engine.kinds import require_weights, resolve
+
+    references, given = dict(DEFAULT_DRAFTERS), set()
+    for value in ",".join(values or []).split(","):
+        if not value.strip():
+            continue
+        kind, reference = resolve(value.strip())
+        if kind in given:
+            raise ValueError(f"--drafters names the {kind} drafter twice")
+        given.add(kind)
+        references[kind] = reference
+    for reference in references.values():
+        require_weights(reference)
+    return references
 
 
 def register(targets) -> None:
@@ -44,6 +71,16 @@ def register(targets) -> None:
     speedup.add_argument("--blocks", type=positive_int, nargs="+", default=[8, 12, 16], help="B grid (default 8 12 16)")
     speedup.add_argument("--caches", nargs="+", default=["off", "round", "persistent"],
                          choices=["off", "round", "persistent"], help="masked drafter prefix caches in the grid")
+    speedup.add_argument("--drafters", action="append", default=None, metavar="KIND[,KIND...]",
+                         help="drafter kinds measured side by side: masked, ar (always), uniform, block, dflash, "
+                              "each its zoo model; a zoo name or a trained checkpoint's folder also works "
+                              "(comma-separated or repeated)")
+    speedup.add_argument("--block-steps", type=positive_int, nargs="+", default=[2, 4, 8],
+                         help="block drafter: K grid (default 2 4 8)")
+    speedup.add_argument("--block-taus", type=threshold, nargs="+", default=[0.7, 0.9],
+                         help="block drafter: confidence threshold tau grid (default 0.7 0.9)")
+    speedup.add_argument("--uniform-steps", type=positive_int, nargs="+", default=[1, 2, 4],
+                         help="uniform drafter: K grid (default 1 2 4)")
     speedup.add_argument("--seed", type=int, default=0)
     speedup.add_argument("--first-problem", type=nonnegative_int, default=0,
                          help="measure test problems [first, first + problems): re-measure on other problems")
@@ -57,75 +94,121 @@ def run(args) -> int:
     from specdiff.engine.runs import ModelCache
     from specdiff.eval import tasks
 
+    references = drafter_references(args.drafters)
     _quiet_transformers()
     torch.set_num_threads(args.threads)
     cache = ModelCache()
     say = (lambda *a: None) if args.json else (lambda *a: print(*a, flush=True))
     tune = tasks.arith_problems("validation", args.tune_problems)
     test = tasks.arith_problems("test", args.first_problem + args.problems)[args.first_problem:]
-    best, best_ar, grid = _tune(args, cache, tune, say)
-    methods = _methods(best, best_ar, cache, args.max_new_tokens)
+    best, best_ar, grid = _tune(args, cache, tune, say, references)
+    others = {kind: _tune_kind(kind, reference, args, cache, tune, say)
+              for kind, reference in references.items() if kind not in DEFAULT_DRAFTERS}
+    methods = _methods(best, best_ar, cache, args.max_new_tokens, references,
+                       {kind: config for kind, (config, _) in others.items()})
     runs = {name: [] for name in methods}
     for repeat in range(args.repeats):
         for name, method in methods.items():
             runs[name].append(method([p.prompt for p in test], [p.target for p in test], args.seed + repeat))
             say(f"repeat {repeat + 1}/{args.repeats} {name}: {runs[name][-1]['tokens_per_s']:.0f} tokens/s")
     result = _report(args, runs, best, best_ar, grid)
+    result["kinds"] = _kinds(runs, result, best, best_ar, references, others)
     print(json.dumps(result, indent=1))
     return 0
 
 
-def _tune(args, cache, problems, say):
+def _tune(args, cache, problems, say, references):
     """Best masked (K, B, prefix cache) and best AR-drafter B by tokens/s on validation problems."""
     from specdiff.engine.runs import RunConfig, run_config
-    from specdiff.eval import tasks
 
-    prompts, targets = [p.prompt for p in problems], [p.target for p in problems]
-    run_config(RunConfig("warm-up", steps=1), prompts[:2], None, cache, 16)
-    grid = []
+    masked = references["masked"]
+    run_config(RunConfig("warm-up", drafter=masked, steps=1), [p.prompt for p in problems][:2], None, cache, 16)
     caches = [{"off": False}.get(cache, cache) for cache in args.caches]
-    for steps, block, prefix_cache in itertools.product(args.steps, args.blocks, caches):
-        if steps > block or (steps == 1 and prefix_cache == "round"):  # one step: a round cache is never reused
-            continue
-        config = RunConfig(f"masked K={steps} B={block} cache={prefix_cache or 'off'}", steps=steps, block_size=block,
-                           prefix_cache=prefix_cache)
-        result = run_config(config, prompts, targets, cache, args.max_new_tokens, seed=args.seed,
-                            is_correct=tasks.is_correct)
-        grid.append({"config": config.as_dict(), "tokens_per_s": result["tokens_per_s"],
-                     "tokens_per_round": result["tokens_per_round"], "accuracy": result["accuracy"]})
-        say(f"tune {config.name}: {result['tokens_per_s']:.0f} tokens/s, {result['tokens_per_round']:.2f} tokens/round")
-    # the grid's single runs are a few percent noisy: re-measure the leaders interleaved, keep the best median
-    leaders = sorted(grid, key=lambda row: -row["tokens_per_s"])[:4]
-    rerun = {row["config"]["name"]: [row["tokens_per_s"]] for row in leaders}
-    for _ in range(2):
-        for row in leaders:
-            config = RunConfig(**row["config"])
-            rerun[config.name].append(run_config(config, prompts, None, cache, args.max_new_tokens,
-                                                 seed=args.seed)["tokens_per_s"])
-    for row in leaders:
-        row["tokens_per_s_rerun_median"] = statistics.median(rerun[row["config"]["name"]])
-    best = max(leaders, key=lambda row: row["tokens_per_s_rerun_median"])["config"]
-    say(f"tuned: {best['name']}")
+    configs = [RunConfig(f"masked K={steps} B={block} cache={prefix_cache or 'off'}", drafter=masked, steps=steps,
+                         block_size=block, prefix_cache=prefix_cache)
+               for steps, block, prefix_cache in itertools.product(args.steps, args.blocks, caches)
+               if steps <= block and not (steps == 1 and prefix_cache == "round")]  # K=1: a round cache is never reused
+    best, grid = _best_of(configs, args, cache, problems, say)
     ar_rows = []
     for block in (4, 8, 12):
-        config = RunConfig(f"ar-drafter B={block}", drafter="ar-drafter", block_size=block)
-        result = run_config(config, prompts, targets, cache, args.max_new_tokens, seed=args.seed,
-                            is_correct=tasks.is_correct)
-        ar_rows.append((result["tokens_per_s"], block))
+        config = RunConfig(f"ar-drafter B={block}", drafter=references["ar"], block_size=block)
+        ar_rows.append((_measure(config, args, cache, problems)["tokens_per_s"], block))
     best_ar = max(ar_rows)[1]
     return best, best_ar, grid
 
 
-def _methods(best: dict, best_ar: int, cache, max_new_tokens: int) -> dict:
-    """name -> function(prompts, targets, seed) -> figures of one run over the problems."""
+def _tune_kind(kind: str, reference: str, args, cache, problems, say):
+    """(best config, grid rows) of a uniform, block or dflash drafter on validation problems: its own
+    effort grid (block: K or tau, B <= its trained block length; uniform: K; dflash: none) by --blocks,
+    every configuration exact (lossless rule; point-mass proposal where the block drafter's q is not its
+    marginal: K > 1 or tau)."""
+    from specdiff.engine.kinds import describe
+    from specdiff.engine.runs import RunConfig, run_config
+
+    blocks = list(args.blocks)
+    efforts = [{}]
+    if kind == "block":
+        length = cache.get(reference, "drafter").block_length
+        blocks = [b for b in blocks if length is None or b <= length] or [length]
+        efforts = [dict(steps=k) for k in args.block_steps] + [dict(threshold=t) for t in args.block_taus]
+    elif kind == "uniform":
+        efforts = [dict(steps=k) for k in args.uniform_steps]
+    configs = []
+    for effort, block in itertools.product(efforts, blocks):
+        if effort.get("steps", 1) > block:
+            continue
+        # lossless means exact: the block drafter's q is its marginal only at one step (docs/drafters.md)
+        exact_marginal = kind != "block" or (effort.get("steps", 1) == 1 and "threshold" not in effort)
+        name = describe(kind, effort.get("steps", 1), effort.get("threshold"), block)
+        configs.append(RunConfig(name if exact_marginal else f"{name} point mass", drafter=reference, block_size=block,
+                                 proposal="marginal" if exact_marginal else "point_mass", **effort))
+    run_config(configs[0], [p.prompt for p in problems][:2], None, cache, 16)  # warm-up: load the model
+    return _best_of(configs, args, cache, problems, say)
+
+
+def _measure(config, args, cache, problems) -> dict:
+    from specdiff.engine.runs import run_config
+    from specdiff.eval import tasks
+
+    return run_config(config, [p.prompt for p in problems], [p.target for p in problems], cache,
+                      args.max_new_tokens, seed=args.seed, is_correct=tasks.is_correct)
+
+
+def _best_of(configs, args, cache, problems, say):
+    """Runs each configuration once on the validation problems, re-measures the four fastest twice more,
+    interleaved (single runs are a few percent noisy), and returns (the best by median, the grid rows)."""
+    from specdiff.engine.runs import RunConfig
+
+    grid = []
+    for config in configs:
+        result = _measure(config, args, cache, problems)
+        grid.append({"config": config.as_dict(), "tokens_per_s": result["tokens_per_s"],
+                     "tokens_per_round": result["tokens_per_round"], "accuracy": result["accuracy"]})
+        say(f"tune {config.name}: {result['tokens_per_s']:.0f} tokens/s, {result['tokens_per_round']:.2f} tokens/round")
+    leaders = sorted(grid, key=lambda row: -row["tokens_per_s"])[:4]
+    rerun = {row["config"]["name"]: [row["tokens_per_s"]] for row in leaders}
+    for _ in range(2):
+        for row in leaders:
+            rerun[row["config"]["name"]].append(_measure(RunConfig(**row["config"]), args, cache,
+                                                         problems)["tokens_per_s"])
+    for row in leaders:
+        row["tokens_per_s_rerun_median"] = statistics.median(rerun[row["config"]["name"]])
+    best = max(leaders, key=lambda row: row["tokens_per_s_rerun_median"])["config"]
+    say(f"tuned: {best['name']}")
+    return best, grid
+
+
+def _methods(best: dict, best_ar: int, cache, max_new_tokens: int, references: dict, others: dict) -> dict:
+    """name -> function(prompts, targets, seed) -> figures of one run over the problems; `others`: the tuned
+    configuration of each further kind, measured as `spec_<kind>`."""
     from specdiff.engine.runs import RunConfig, run_config
     from specdiff.eval import tasks
 
-    spec = RunConfig(**{**best, "name": "spec"})
-    spec_batch8 = RunConfig(**{**best, "name": "spec_batch8", "batch_size": 8})
     configs = {"ar": RunConfig("ar", drafter=None),
-               "spec_ar": RunConfig("spec_ar", drafter="ar-drafter", block_size=best_ar),
-               "spec": spec, "spec_batch8": spec_batch8}
+               "spec_ar": RunConfig("spec_ar", drafter=references["ar"], block_size=best_ar),
+               "spec": RunConfig(**{**best, "name": "spec"}),
+               "spec_batch8": RunConfig(**{**best, "name": "spec_batch8", "batch_size": 8}),
+               **{f"spec_{kind}": RunConfig(**{**config, "name": f"spec_{kind}"}) for kind, config in others.items()}}
 
     def ours(config):
         def measure(prompts, targets, seed):
@@ -134,11 +217,12 @@ def _methods(best: dict, best_ar: int, cache, max_new_tokens: int) -> dict:
 
     def hf(assisted: bool):
         def measure(prompts, targets, seed):
-            return _hf_run(cache, prompts, targets, seed, max_new_tokens, assisted)
+            return _hf_run(cache, prompts, targets, seed, max_new_tokens, assisted, references["ar"])
         return _with_cpu_time(measure)
 
-    return {"ar": ours(configs["ar"]), "hf": hf(False), "hf_assisted": hf(True), "spec_ar": ours(configs["spec_ar"]),
-            "spec": ours(configs["spec"]), "spec_batch8": ours(configs["spec_batch8"])}
+    methods = {"ar": ours(configs["ar"]), "hf": hf(False), "hf_assisted": hf(True), "spec_ar": ours(configs["spec_ar"]),
+               "spec": ours(configs["spec"]), "spec_batch8": ours(configs["spec_batch8"])}
+    return {**methods, **{name: ours(config) for name, config in configs.items() if name not in methods}}
 
 
 def _with_cpu_time(measure):
@@ -155,7 +239,7 @@ def _with_cpu_time(measure):
     return timed
 
 
-def _hf_run(cache, prompts, targets, seed, max_new_tokens, assisted):
+def _hf_run(cache, prompts, targets, seed, max_new_tokens, assisted, assistant="ar-drafter"):
     from specdiff.engine.baselines import hf_generate
     from specdiff.engine.generate import eos_token_ids
     from specdiff.eval import tasks
@@ -163,7 +247,7 @@ def _hf_run(cache, prompts, targets, seed, max_new_tokens, assisted):
     verifier = cache.get("verifier", "verifier")
     tokenizer = cache.tokenizer("verifier")
     rows = [tokenizer(p).input_ids for p in prompts]
-    assistant = cache.get("ar-drafter", "drafter").model if assisted else None
+    assistant = cache.get(assistant, "drafter").model if assisted else None
     ids, seconds = hf_generate(verifier.model, rows, max_new_tokens, eos_token_ids(verifier.model, None),
                                verifier.temperature, verifier.top_p, verifier.top_k, assistant_model=assistant, seed=seed)
     texts = [tokenizer.decode(row, skip_special_tokens=True) for row in ids]
@@ -217,3 +301,23 @@ def _report(args, runs, best, best_ar, grid) -> dict:
         "max_new_tokens": args.max_new_tokens, "threads": args.threads, "seed": args.seed,
         "tuned_on": "arith validation", "measured_on": "arith test",
     }
+
+
+def _kinds(runs: dict, result: dict, best: dict, best_ar: int, references: dict, others: dict) -> dict:
+    """kind -> {speedup_vs_ar, tokens_per_round, accuracy, exact, tokens_per_s, config}, all from the same
+    interleaved measurement (masked: `spec`, ar: `spec_ar`, others: `spec_<kind>`)."""
+    from specdiff.engine.runs import RunConfig
+
+    ar_baseline = result["tokens_per_s"][result["ar_baseline"]]
+    spec_ar = RunConfig("spec_ar", drafter=references["ar"], block_size=best_ar).as_dict()
+    methods = {"masked": ("spec", best), "ar": ("spec_ar", spec_ar),
+               **{kind: (f"spec_{kind}", config) for kind, (config, _) in others.items()}}
+    out = {}
+    for kind, (method, config) in methods.items():
+        rows, tokens_per_s = runs[method], result["tokens_per_s"][method]
+        out[kind] = {"speedup_vs_ar": tokens_per_s / ar_baseline,
+                     "tokens_per_round": statistics.mean(r["tokens_per_round"] for r in rows),
+                     "accuracy": result["accuracy"][method], "exact": all(r["exact"] for r in rows),
+                     "tokens_per_s": tokens_per_s, "config": config, "method": method,
+                     "tuning_grid": others[kind][1] if kind in others else None}
+    return out

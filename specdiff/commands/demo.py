@@ -2,7 +2,8 @@
 
 On the first `--problems` arith test problems, one problem at a time, it runs plain autoregressive
 decoding of the verifier, classic speculative decoding with the small autoregressive drafter, and
-speculative diffusion with the masked diffusion drafter at a few (effort K, leniency) points. It
+speculative diffusion with the masked diffusion drafter at a few (effort K, leniency) points
+(`--drafter uniform|block|dflash|ar`, repeatable: that kind's zoo model at its own effort knob). It
 prints accuracy, tokens/s, latency, speedup over plain decoding, mean accepted tokens per round
 and whether the configuration is lossless, and writes a PNG of accuracy against throughput.
 
@@ -14,18 +15,61 @@ import json
 import os
 
 from specdiff.argtypes import positive_int
-from specdiff.argtypes import positive_int
 from specdiff.commands import rules_demo
 
+DRAFTER_CHOICES = ("masked", "uniform", "block", "dflash", "ar")  # specdiff.models.DRAFTER_KINDS
 
-def demo_configs():
-    """The demo's configurations: baselines, then effort and leniency moving together."""
+
+def demo_configs(kinds=("masked",)):
+    """The demo's configurations: the baselines, then each kind's rows (`kind_configs`)."""
+    from specdiff.engine.runs import RunConfig
+
+    rows = [RunConfig("autoregressive (verifier)", drafter=None),
+            RunConfig("AR drafter, B=8", drafter="ar-drafter", block_size=8)]
+    for kind in dict.fromkeys(kinds):
+        rows += kind_configs(kind)
+    return rows
+
+
+# Each new kind's demo rows (RunConfig fields; B = 8 unless given) at its own effort knob: K, and tau for
+# the block drafter; none for dflash and ar. Effort first, then leniency, and a point-mass row where
+# marginal mode is approximate (block drafter with tau).
+KIND_ROWS = {
+    "block": [dict(steps=2), dict(steps=4), dict(steps=8), dict(threshold=0.9),
+              dict(threshold=0.9, proposal="point_mass"), dict(steps=4, rule="linear", leniency=0.2)],
+    "uniform": [dict(steps=1), dict(steps=2), dict(steps=4), dict(steps=2, rule="linear", leniency=0.2)],
+    "dflash": [dict(), dict(block_size=16), dict(rule="linear", leniency=0.2)],
+    "ar": [dict(block_size=4), dict(block_size=12), dict(rule="linear", leniency=0.2)],
+}
+
+
+def kind_configs(kind: str):
+    """One kind's demo rows: the masked drafter's (K, leniency) points, else `KIND_ROWS[kind]`."""
+    from specdiff.engine.runs import RunConfig
+    from specdiff.models import DRAFTER_KINDS
+
+    if kind == "masked":
+        return _masked_configs()
+    rows = [{"block_size": 8, **row} for row in KIND_ROWS[kind]]
+    return [RunConfig(_label(kind, row), drafter=DRAFTER_KINDS[kind], **row) for row in rows]
+
+
+def _label(kind: str, row: dict) -> str:
+    from specdiff.engine.kinds import describe
+
+    label = describe(kind, row.get("steps", 1), row.get("threshold"), row["block_size"])
+    if row.get("proposal") == "point_mass":
+        label += " point mass"
+    if row.get("rule") == "linear":
+        label += f" Linear({row['leniency']})"
+    return label
+
+
+def _masked_configs():
     from specdiff.engine.runs import RunConfig
 
     masked = dict(drafter="masked-drafter", prefix_cache="persistent")
     return [
-        RunConfig("autoregressive (verifier)", drafter=None),
-        RunConfig("AR drafter, B=8", drafter="ar-drafter", block_size=8),
         RunConfig("masked K=1 B=8", steps=1, block_size=8, **masked),
         RunConfig("masked K=4 B=16", steps=4, block_size=16, **masked),
         RunConfig("masked K=4 B=16 point mass", steps=4, block_size=16, proposal="point_mass", **masked),
@@ -42,6 +86,9 @@ def register(subparsers) -> None:
                     "verifier, classic speculative decoding, and masked-diffusion drafting at several (K, leniency) "
                     "points. --rules: the synthetic one-position demo of every acceptance rule.")
     demo.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    demo.add_argument("--drafter", action="append", choices=DRAFTER_CHOICES, default=None, metavar="KIND",
+                      help="drafter kind whose rows run beside the baselines: masked (default), uniform, block, "
+                           "dflash or ar (its zoo model, at its own effort knob; repeat to compare kinds)")
     demo.add_argument("--problems", type=positive_int, default=50, help="arith test problems (default 50)")
     demo.add_argument("--max-new-tokens", type=positive_int, default=96, help="per problem (default 96)")
     demo.add_argument("--threads", type=positive_int, default=None,
@@ -84,8 +131,14 @@ def run(args) -> int:
     torch.set_num_threads(args.threads)
     problems = tasks.arith_problems("test", args.problems)
     prompts, targets = [p.prompt for p in problems], [p.target for p in problems]
+    from specdiff.engine.kinds import require_weights
+    from specdiff.models import DRAFTER_KINDS
+
+    kinds = args.drafter or ["masked"]
+    for kind in kinds:
+        require_weights(DRAFTER_KINDS[kind])  # before anything runs: `specdiff zoo train NAME`
     cache = ModelCache()
-    configs = demo_configs()
+    configs = demo_configs(kinds)
     _warm_up(configs, cache, prompts[0])
     rows = []
     from tqdm.auto import tqdm
@@ -98,7 +151,7 @@ def run(args) -> int:
     base = rows[0]["tokens_per_s"]
     for row in rows:
         row["speedup"] = row["tokens_per_s"] / base
-    out = {"task": "arith", "split": "test", "problems": args.problems, "max_new_tokens": args.max_new_tokens,
+    out = {"task": "arith", "split": "test", "drafters": kinds, "problems": args.problems, "max_new_tokens": args.max_new_tokens,
            "threads": args.threads, "seed": args.seed, "rows": rows}
     if args.plot:
         out["plot"] = save_frontier_plot(rows, args.plot)

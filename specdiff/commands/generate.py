@@ -15,9 +15,11 @@ def add_generation_flags(parser) -> None:
                         help="a drafter kind (masked, ar, uniform, block, dflash: its zoo model), a zoo name or a "
                              "local path (default masked-drafter)")
     parser.add_argument("--verifier", default="verifier", help="zoo name or local path (default verifier)")
-    parser.add_argument("--steps", "-K", type=positive_int, default=1, help="denoising steps K per round (default 1)")
+    parser.add_argument("--steps", "-K", type=positive_int, default=1,
+                        help="denoising steps K per round: masked, block and uniform drafters (default 1)")
     parser.add_argument("--threshold", "--tau", type=float, default=None,
-                        help="confidence threshold tau in (0, 1]: dynamic unmasking instead of K steps")
+                        help="confidence threshold tau in (0, 1]: dynamic unmasking instead of K steps (masked and "
+                             "block drafters; dflash drafts in one step and takes neither)")
     parser.add_argument("--order", default=None,
                         help="unmasking order: entropy, confidence, margin, random, left_to_right (default: the drafter's)")
     parser.add_argument("--prefix-cache", choices=["off", "round", "persistent"], default="off",

@@ -46,7 +46,7 @@ class SpeculativeGenerator:
 
     def __init__(self, drafter, verifier, block_size: int = 8, rule=Lossless(), method: str = "token",
                  proposal: str = "marginal", tokenizer=None, eos_token_id: int | list[int] | None = None,
-                 batch_size: int = 64):
+                 batch_size: int = 64, drafter_tokenizer=None):
         check_rule(rule)
         if method not in METHODS:
             raise ValueError(f"unknown method {method!r}: expected one of {METHODS}")
@@ -55,8 +55,7 @@ class SpeculativeGenerator:
         _check_count("block_size (B)", block_size)
         _check_count("batch_size", batch_size)
         if drafter.vocab_size != verifier.vocab_size:
-            raise ValueError(f"the drafter's vocabulary ({drafter.vocab_size} tokens) differs from the verifier's "
-                             f"({verifier.vocab_size}): they must share one tokenizer and output size")
+            _fit_vocabulary(drafter, verifier, drafter_tokenizer, tokenizer)
         self.drafter, self.verifier, self.block_size = drafter, verifier, int(block_size)
         self.rule, self.method, self.proposal, self.tokenizer = rule, method, proposal, tokenizer
         self.batch_size = int(batch_size)
@@ -200,6 +199,19 @@ class SpeculativeGenerator:
                 budget = min(budget, room)
             budgets.append(budget)
         return budgets
+
+
+def _fit_vocabulary(drafter, verifier, drafter_tokenizer, verifier_tokenizer) -> None:
+    """Drops a larger drafter's extra output rows (with a warning) when both tokenizers are known and agree
+    on every shared id; refuses the pair otherwise (`specdiff.drafters.vocab.fit_vocabulary`)."""
+    from specdiff.drafters.vocab import VocabularyMismatch, fit_vocabulary
+
+    drafter_tokenizer = drafter_tokenizer if drafter_tokenizer is not None else getattr(drafter, "tokenizer", None)
+    try:
+        fit_vocabulary(drafter, verifier, drafter_tokenizer, verifier_tokenizer)
+    except VocabularyMismatch as error:
+        raise VocabularyMismatch(f"the drafter's vocabulary ({drafter.vocab_size} tokens) does not fit the "
+                                 f"verifier's ({verifier.vocab_size}): {error}") from None
 
 
 def _append(ids: torch.Tensor, key_mask: torch.Tensor, tokens: torch.Tensor):

@@ -66,12 +66,26 @@ class ModelCache:
 
         if role == "drafter":
             name = models.DRAFTER_KINDS.get(name, name)  # "masked", "ar", ...: the zoo model of that kind
+        return models.wrap(*self._loaded(name), self.tokenizer(name), role, **options)
+
+    def kind(self, name: str) -> str:
+        """The engine's kind of drafter `name` (masked, block, uniform, dflash, ar), from its config."""
+        from specdiff import models
+        from specdiff.engine.kinds import KIND_OF_LOADER
+
+        config = self._loaded(models.DRAFTER_KINDS.get(name, name))[1]
+        return KIND_OF_LOADER[models.drafter_kind(config)]
+
+    def _loaded(self, name: str):
+        """(model, config, sampling defaults) of a zoo name or path, loaded once."""
+        from specdiff import models
+
         if name not in self.models:
             model, *rest = models.load_model(name)
             if self.device is not None:
                 model = model.to(self.device)
             self.models[name] = (model, *rest)
-        return models.wrap(*self.models[name], self.tokenizer(name), role, **options)
+        return self.models[name]
 
     def tokenizer(self, name: str):
         from specdiff import models
@@ -83,25 +97,19 @@ class ModelCache:
 
 
 def build_generator(config: RunConfig, cache: ModelCache):
-    """The SpeculativeGenerator of a configuration (config.drafter must not be None)."""
-    from specdiff.drafters.block import BlockDiffusionDrafter
-    from specdiff.drafters.masked import MaskedDiffusionDrafter
+    """The SpeculativeGenerator of a configuration (config.drafter must not be None): the drafter gets its
+    kind's effort knobs (`specdiff.engine.kinds`), the verifier (DFlash reads its states) and, through the
+    generator, its vocabulary fitted to the verifier's where the two tokenizers agree."""
     from specdiff.engine.generate import SpeculativeGenerator
+    from specdiff.engine.kinds import drafter_options
 
     verifier = cache.get(config.verifier, "verifier", **config.sampling)
-    options = {}
-    drafter = cache.get(config.drafter, "drafter")
-    if isinstance(drafter, MaskedDiffusionDrafter):  # masked and block drafters: effort K or tau
-        options = dict(steps=config.steps, threshold=config.threshold)
-        if not isinstance(drafter, BlockDiffusionDrafter):  # a block drafter always caches its prefix
-            options["prefix_cache"] = config.prefix_cache
-        if config.order is not None:
-            options["order"] = config.order
-        drafter = cache.get(config.drafter, "drafter", **options)
+    options = drafter_options(cache.kind(config.drafter), config)
+    drafter = cache.get(config.drafter, "drafter", verifier=verifier, **options)
     return SpeculativeGenerator(drafter, verifier, block_size=config.block_size,
                                 rule=make_rule(config.rule, config.leniency), method=config.method,
                                 proposal=config.proposal, tokenizer=cache.tokenizer(config.verifier),
-                                batch_size=config.batch_size)
+                                drafter_tokenizer=cache.tokenizer(config.drafter), batch_size=config.batch_size)
 
 
 def run_config(config: RunConfig, prompts: list[str], targets: list[str] | None, cache: ModelCache,

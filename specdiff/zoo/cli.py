@@ -9,7 +9,7 @@ from specdiff.argtypes import output_dir, positive_int
 
 def register(subparsers) -> None:
     """Adds `zoo` with `list`, `train NAME` and `eval` to the `specdiff` command."""
-    from specdiff.zoo.configs import MODEL_NAMES, TRAINABLE
+    from specdiff.zoo.configs import TRAINABLE
 
     zoo = subparsers.add_parser("zoo", help="the shipped testbed models: list, train, eval",
                                 description="The shipped testbed: tokenizer and tiny verifier / drafter models "
@@ -42,8 +42,11 @@ def register(subparsers) -> None:
     evaluate = zoo_sub.add_parser("eval", help="accuracy, size and speed on arith test problems",
                                   description="Standalone accuracy of each model on the first N arith test "
                                               "problems at its default sampling settings, parameters, mean "
-                                              "answer tokens and ms per step.")
-    evaluate.add_argument("--models", nargs="+", choices=MODEL_NAMES, default=list(MODEL_NAMES))
+                                              "answer tokens and ms per step; for the block, uniform and DFlash "
+                                              "drafters (when trained) standalone accuracy per effort and "
+                                              "lossless tokens per round with the verifier.")
+    evaluate.add_argument("--models", nargs="+", choices=TRAINABLE, default=None,
+                          help="default: every model whose weights are in the zoo folder")
     evaluate.add_argument("-n", type=positive_int, default=500, help="number of test problems (default 500)")
     evaluate.add_argument("--seed", type=int, default=0)
     evaluate.add_argument("--threads", type=positive_int, default=2)
@@ -69,14 +72,15 @@ def run_list(args: argparse.Namespace) -> int:
     for name in configs.MODEL_NAMES:
         path = model_dir(name) / "model.safetensors"
         status = manifest.status(MANIFEST, MODELS_DIR, f"{name}/model.safetensors")
-        rows[name] = {"architecture": "Qwen3ForCausalLM", "objective": configs.TRAINING[name]["objective"],
+        rows[name] = {"architecture": configs.MODEL_CLASSES.get(name, "Qwen3ForCausalLM"),
+                      "objective": configs.TRAINING[name]["objective"],
                       **configs.ARCHITECTURES[name], "shipped": status == "shipped", "status": status,
                       "path": str(path), "bytes": path.stat().st_size if path.exists() else 0}
     if args.json:
         print(json.dumps({"models": rows}, indent=1))
     else:
         for name, row in rows.items():
-            print(f"{name:15s} {row['objective']:5s} hidden={row['hidden_size']} layers={row['num_hidden_layers']} "
+            print(f"{name:15s} {row['objective']:7s} hidden={row['hidden_size']} layers={row['num_hidden_layers']} "
                   f"{row['bytes'] / 1e6:.2f} MB {STATUS_NOTE[row['status']]}")
     return 0
 
@@ -97,15 +101,29 @@ def run_train(args: argparse.Namespace) -> int:
 def run_eval(args: argparse.Namespace) -> int:
     from specdiff.zoo.evaluate import evaluate
 
+    if args.models:
+        from specdiff.engine.kinds import require_weights
+
+        for name in args.models:
+            require_weights(name)
     results = evaluate(args.models, n=args.n, seed=args.seed, threads=args.threads, progress=not args.json,
                        quality=not args.speed_only, repeats=args.repeats)
     if args.json:
         print(json.dumps(results, indent=1))
     else:
-        print(f"{'model':15s} {'accuracy':>9s} {'params':>9s} {'answer tok':>10s} {'ms/step':>8s}")
+        print(f"{'model':15s} {'accuracy':>9s} {'params':>9s} {'answer tok':>10s} {'ms/step':>8s}  lossless")
         for name, row in results["models"].items():
             print(f"{name:15s} {row.get('accuracy', float('nan')):9.3f} {row['params']:9d} "
-                  f"{row.get('mean_answer_tokens', float('nan')):10.1f} {row['ms_per_step']:8.2f}")
+                  f"{row.get('mean_answer_tokens', float('nan')):10.1f} {row.get('ms_per_step', float('nan')):8.2f}  "
+                  f"{_lossless_note(row.get('lossless'))}")
+            for effort, standalone in row.get("standalone", {}).items():
+                print(f"  standalone {effort}: {standalone['accuracy']:.3f} ± {standalone['stderr']:.3f}")
         if "speed" in results:
             print(f"masked step / verifier round: {results['speed']['masked_step_over_verifier_round']:.3f}")
     return 0
+
+
+def _lossless_note(lossless: dict | None) -> str:
+    if lossless is None:
+        return ""
+    return f"{lossless['tokens_per_round']:.2f} tokens/round ({lossless['effort']}, B={lossless['block']})"

@@ -11,6 +11,14 @@ in tokens, and ms per step. A step is what one speculative round costs the model
   vocabulary, i.e. one denoising step.
 Timing: batch 1, torch threads as set (default 2), warm-up, median of repeats. The masked-step /
 verifier-round ratio (`speed`) is measured with the two calls alternating (`speed_ratio`).
+
+The block, uniform and DFlash drafters (the first paper's Table 1 in miniature), when their weights are
+in the zoo folder (`available`): block and uniform get their standalone accuracy at each effort of
+`STANDALONE_EFFORTS` (block after block of B = 8, every drafted token kept:
+`specdiff.drafters.standalone`); every one of them gets `lossless`: its tokens per round and drafting
+ms per round with the verifier (lossless rule, B = 8, `LOSSLESS_EFFORT`, exact: point mass where the
+block drafter's q is not its marginal) on the first `LOSSLESS_PROBLEMS` problems. DFlash has no
+standalone score (it reads the verifier's hidden states).
 """
 from __future__ import annotations
 
@@ -25,6 +33,18 @@ from specdiff.lm.masks import left_pad
 from specdiff.zoo import configs
 
 VERIFY_TOKENS = 17  # B + 1 with block B = 16
+NEW_DRAFTERS = ("block-drafter", "uniform-drafter", "dflash-drafter")  # evaluated by `drafter_row`
+# standalone efforts (K = B: one token per denoising step, as the masked drafter's K = canvas length)
+STANDALONE_EFFORTS = {"block-drafter": [dict(steps=8), dict(threshold=0.9)], "uniform-drafter": [dict(steps=8)]}
+LOSSLESS_EFFORT = {"block-drafter": dict(steps=4), "uniform-drafter": dict(steps=4), "dflash-drafter": {}}
+LOSSLESS_PROBLEMS = 100
+
+
+def available(names=configs.TRAINABLE) -> list[str]:
+    """The zoo models whose weights are in the zoo folder (the shipped ones, or SPECDIFF_ZOO_DIR's)."""
+    from specdiff.zoo import model_dir
+
+    return [name for name in names if (model_dir(name) / "model.safetensors").is_file()]
 
 
 def _cut_at_eos(ids: list[int], tokenizer) -> list[int]:
@@ -111,10 +131,59 @@ def speed_ratio(verifier, drafter, typical_length: int, repeats: int = 60, warmu
     return out
 
 
-def evaluate(names=configs.MODEL_NAMES, n: int = 500, seed: int = 0, threads: int = 2, batch_size: int = 100,
+def effort_label(effort: dict) -> str:
+    return f"tau={effort['threshold']}" if "threshold" in effort else f"K={effort.get('steps', 1)}"
+
+
+def drafter_row(name: str, prompts: list[str], targets: list[str], seed: int, batch_size: int,
+                quality: bool = True) -> dict:
+    """A block, uniform or DFlash drafter's row: params; with quality, standalone accuracy per effort
+    (not DFlash) and `lossless` (tokens per round with the verifier); see the module docstring."""
+    from specdiff import models
+    from specdiff.drafters.standalone import standalone_texts
+    from specdiff.zoo import load, tokenizer as load_tokenizer
+
+    row = {"params": sum(p.numel() for p in load(name).parameters()), "sampling": configs.SAMPLING[name]}
+    if not quality:
+        return row
+    tokenizer, n = load_tokenizer(), len(prompts)
+    if name in STANDALONE_EFFORTS:
+        standalone = {}
+        for effort in STANDALONE_EFFORTS[name]:
+            drafter = models.load(name, role="drafter", **effort)
+            texts = standalone_texts(drafter, tokenizer, prompts, configs.BLOCK_TOKENS, configs.CANVAS_TOKENS, seed,
+                                     batch_size)
+            accuracy = sum(tasks.is_correct(t, y) for t, y in zip(texts, targets)) / n
+            standalone[effort_label(effort)] = {"accuracy": round(accuracy, 4),
+                                                "stderr": round((accuracy * (1 - accuracy) / n) ** 0.5, 4)}
+        row.update(accuracy=next(iter(standalone.values()))["accuracy"],
+                   stderr=next(iter(standalone.values()))["stderr"], standalone=standalone,
+                   block=configs.BLOCK_TOKENS)
+    row["lossless"] = lossless_row(name, prompts[:LOSSLESS_PROBLEMS], targets[:LOSSLESS_PROBLEMS], seed, batch_size)
+    return row
+
+
+def lossless_row(name: str, prompts: list[str], targets: list[str], seed: int, batch_size: int) -> dict:
+    """Zoo drafter `name` with the verifier: lossless, exact, B = 8, at `LOSSLESS_EFFORT[name]`."""
+    from specdiff.engine.runs import ModelCache, RunConfig, run_config
+
+    effort = LOSSLESS_EFFORT[name]
+    point_mass = name == "block-drafter" and (effort.get("steps", 1) > 1 or "threshold" in effort)
+    config = RunConfig(f"{name} lossless", drafter=name, block_size=configs.BLOCK_TOKENS, batch_size=batch_size,
+                       proposal="point_mass" if point_mass else "marginal", **effort)
+    result = run_config(config, prompts, targets, ModelCache(), configs.CANVAS_TOKENS, seed=seed,
+                        is_correct=tasks.is_correct)
+    return {"effort": effort_label(effort) if effort else "one step", "block": configs.BLOCK_TOKENS,
+            "proposal": config.proposal, "problems": len(prompts), "batch_size": batch_size, "exact": result["exact"],
+            "tokens_per_round": round(result["tokens_per_round"], 3),
+            "acceptance_rate": round(result["acceptance_rate"], 4),
+            "draft_ms_per_round": round(result["draft_ms"], 3), "accuracy": round(result["accuracy"], 4)}
+
+
+def evaluate(names=None, n: int = 500, seed: int = 0, threads: int = 2, batch_size: int = 100,
              progress: bool = True, quality: bool = True, repeats: int = 30) -> dict:
-    """Quality and speed of the shipped models on the first `n` arith test problems
-    (`quality=False`: only params and ms per step)."""
+    """Quality and speed of the zoo models on the first `n` arith test problems (`quality=False`: only
+    params and ms per step). names: default every model whose weights are in the zoo folder."""
     from specdiff.zoo import load, tokenizer as load_tokenizer
 
     torch.set_num_threads(threads)
@@ -127,7 +196,14 @@ def evaluate(names=configs.MODEL_NAMES, n: int = 500, seed: int = 0, threads: in
     results = {"task": "arith", "split": "test", "n": n, "seed": seed, "threads": threads,
                "mean_prompt_tokens": round(prompt_tokens, 2), "mean_reference_answer_tokens": round(reference_tokens, 2),
                "typical_length": typical_length, "models": {}}
-    for name in names:
+    for name in available() if names is None else names:
+        if name in NEW_DRAFTERS:
+            start = time.time()
+            row = drafter_row(name, prompts, targets, seed, batch_size, quality)
+            results["models"][name] = {**row, "eval_seconds": round(time.time() - start, 1)}
+            if progress:
+                print(f"{name}: {results['models'][name]}", flush=True)
+            continue
         model = load(name)
         start = time.time()
         row = {"params": sum(p.numel() for p in model.parameters())}

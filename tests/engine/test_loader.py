@@ -137,6 +137,9 @@ class _Tokenizer:
     def get_vocab(self):
         return {token: i for i, token in enumerate(self.tokens)}
 
+    def decode(self, ids, skip_special_tokens=False):
+        return " ".join(self.tokens[i] if i < len(self.tokens) else "?" for i in ids)
+
 
 def test_vocabulary_is_fitted_or_refused_before_generation():
     """Dream-7B (152,064 rows) with Qwen3-8B (151,936), in miniature: 14 drafter rows, 12 verifier rows."""
@@ -165,3 +168,62 @@ def test_vocabulary_is_fitted_or_refused_before_generation():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         fit_vocabulary(sd.AutoregressiveDrafter(_causal("llama")), verifier, _Tokenizer(shared), _Tokenizer(shared))
+
+
+def test_the_engine_fits_a_larger_drafter_when_the_tokenizers_agree():
+    """SpeculativeGenerator with both tokenizers: Dream-7B / Qwen3-8B in miniature (14 vs 12 rows)."""
+    verifier = sd.Verifier(_causal("qwen3", seed=0))
+    shared = [f"t{i}" for i in range(9)]
+    wide = _causal("qwen2", seed=1, vocab_size=14, logits_shift=1, mask_token_id=9, is_causal=False)
+    drafter = sd.MaskedDiffusionDrafter(wide, steps=2)
+    with pytest.warns(UserWarning, match="dropping the drafter's output rows 12..13"):
+        gen = sd.SpeculativeGenerator(drafter, verifier, block_size=3, eos_token_id=[],
+                                      tokenizer=_Tokenizer(shared + ["<mask>", "x"]),
+                                      drafter_tokenizer=_Tokenizer(shared + ["<mask>"]))
+    out = gen.generate([[1, 2]], 6, generator=torch.Generator().manual_seed(0))
+    assert drafter.vocab_size == 12 and len(out.token_ids[0]) == 6 and max(out.token_ids[0]) < 12
+
+
+def test_the_engine_refuses_disagreeing_tokenizers_before_generating():
+    verifier = sd.Verifier(_causal("qwen3", seed=0))
+    shared = [f"t{i}" for i in range(9)]
+    drafter = sd.MaskedDiffusionDrafter(_causal("qwen2", seed=1, vocab_size=14, logits_shift=1, mask_token_id=9,
+                                                is_causal=False))
+    with pytest.raises(VocabularyMismatch, match=r"vocabulary \(14 tokens\) does not fit .*disagree on 1 shared id"):
+        sd.SpeculativeGenerator(drafter, verifier, tokenizer=_Tokenizer(shared + ["<mask>"]),
+                                drafter_tokenizer=_Tokenizer(["a"] + shared[1:] + ["<mask>"]))
+    with pytest.raises(VocabularyMismatch, match="pass both tokenizers"):  # one tokenizer: cannot check
+        sd.SpeculativeGenerator(drafter, verifier, tokenizer=_Tokenizer(shared + ["<mask>"]))
+    assert drafter.output_vocab is None  # nothing was trimmed
+
+
+def _save_tokenizer(tokens, path):
+    from tokenizers import Tokenizer, models as tokenizer_models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    backend = Tokenizer(tokenizer_models.WordLevel({t: i for i, t in enumerate(tokens)}, unk_token=tokens[3]))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=backend, pad_token=tokens[0], bos_token=tokens[1], eos_token=tokens[2],
+                            unk_token=tokens[3]).save_pretrained(path)
+
+
+@pytest.mark.parametrize("agree", [True, False])
+def test_build_generator_fits_checkpoints_with_their_tokenizers(tmp_path, agree):
+    """The command path (`specdiff generate --drafter PATH --verifier PATH`): each checkpoint's own tokenizer."""
+    from specdiff.engine.runs import ModelCache, RunConfig, build_generator
+
+    shared = [f"t{i}" for i in range(9)]
+    verifier_dir = _save(_causal("qwen3", seed=0), tmp_path / "verifier")
+    drafter_dir = _save(_causal("qwen2", seed=1, vocab_size=14, logits_shift=1, mask_token_id=9, is_causal=False),
+                        tmp_path / "drafter")
+    _save_tokenizer(shared + ["<mask>", "x"], verifier_dir)
+    _save_tokenizer((shared if agree else shared[:5] + ["other"] + shared[6:]) + ["<mask>"], drafter_dir)
+    config = RunConfig("fit", drafter=drafter_dir, verifier=verifier_dir, steps=1)
+    if not agree:
+        with pytest.raises(VocabularyMismatch, match="disagree on 1 shared id.*5: 'other' vs 't5'"):
+            build_generator(config, ModelCache())
+        return
+    with pytest.warns(UserWarning, match="dropping the drafter's output rows 12..13"):
+        gen = build_generator(config, ModelCache())
+    out = gen.generate(["t4 t5 t6"], 5, generator=torch.Generator().manual_seed(0))
+    assert gen.drafter.vocab_size == 12 and 1 <= len(out.token_ids[0]) <= 5 and isinstance(out.texts[0], str)

@@ -38,10 +38,26 @@ def test_tokenizer_lengths(tok):
 
 @pytest.mark.parametrize("name", zoo.MODEL_NAMES)
 def test_model_loads_and_runs(name, tok):
+    """Every shipped model: its class, its vocabulary, and one forward (causal LMs) or one speculative
+    round against the verifier (the block, uniform and DFlash drafters, once shipped)."""
+    from specdiff import models
+    from specdiff.zoo import configs
+
     model = zoo.load(name)
-    assert type(model).__name__ == "Qwen3ForCausalLM"
+    assert type(model).__name__ == configs.MODEL_CLASSES.get(name, "Qwen3ForCausalLM")
+    prompt = tasks.arith_problems("test", 1)[0].prompt
+    if name in ("block-drafter", "uniform-drafter", "dflash-drafter"):
+        import specdiff as sd
+
+        verifier = models.load("verifier")
+        drafter = models.load(name, role="drafter", verifier=verifier)
+        assert drafter.vocab_size == len(tok)
+        out = sd.SpeculativeGenerator(drafter, verifier, block_size=configs.BLOCK_TOKENS, tokenizer=tok).generate(
+            [prompt], max_new_tokens=8, generator=torch.Generator().manual_seed(0))
+        assert 1 <= len(out.token_ids[0]) <= 8
+        return
     assert model.config.vocab_size == len(tok)
-    ids = tok([tasks.arith_problems("test", 1)[0].prompt], return_tensors="pt").input_ids
+    ids = tok([prompt], return_tensors="pt").input_ids
     with torch.no_grad():
         logits = model(input_ids=ids).logits
     assert logits.shape == (1, ids.shape[1], len(tok))

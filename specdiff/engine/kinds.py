@@ -1,0 +1,88 @@
+"""The engine's drafter kinds as the commands use them (`--drafter` of demo, generate and the bench).
+
+Each kind has a zoo model (`specdiff.models.DRAFTER_KINDS`), its own effort knob and its own sampling
+defaults (the zoo's `configs.SAMPLING`, applied by the loader):
+- masked: K denoising steps (or a threshold tau), prefix cache off / round / persistent;
+- block: K steps or SDAR's confidence threshold tau (its prefix is always cached); B at most the block
+  length it was trained on;
+- uniform: K steps (no threshold);
+- dflash: no effort knob: one step;
+- ar: no effort knob: one token per forward.
+`resolve` turns a kind, a zoo name or a local checkpoint into (kind, model reference); `require_weights`
+refuses a zoo model that is not trained yet, naming the command that trains it.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+KIND_OF_LOADER = {"masked": "masked", "block": "block", "uniform": "uniform", "dflash": "dflash",
+                  "autoregressive": "ar"}  # `models.drafter_kind` -> the engine's kind
+EFFORT = {  # which effort knobs a kind takes (RunConfig fields)
+    "masked": ("steps", "threshold"), "block": ("steps", "threshold"), "uniform": ("steps",),
+    "dflash": (), "ar": (),
+}
+
+
+def resolve(drafter: str) -> tuple[str, str]:
+    """A kind ("block"), a zoo name ("block-drafter") or a local checkpoint -> (kind, model reference)."""
+    from specdiff import models
+
+    if drafter in models.DRAFTER_KINDS:
+        return drafter, models.DRAFTER_KINDS[drafter]
+    for kind, name in models.DRAFTER_KINDS.items():
+        if drafter == name:
+            return kind, name
+    path = Path(drafter)
+    if not (path / "config.json").is_file():
+        raise ValueError(f"unknown drafter {drafter!r}: not a kind ({', '.join(models.DRAFTER_KINDS)}), a zoo "
+                         f"drafter ({', '.join(models.DRAFTER_KINDS.values())}) nor a local directory with a "
+                         "config.json")
+    return KIND_OF_LOADER[models.drafter_kind(json.loads((path / "config.json").read_text()))], drafter
+
+
+def require_weights(reference: str) -> None:
+    """FileNotFoundError naming `specdiff zoo train NAME` when a zoo model has no weights yet."""
+    from specdiff import zoo
+
+    if reference in zoo.TRAINABLE and not (zoo.model_dir(reference) / "model.safetensors").is_file():
+        raise FileNotFoundError(f"the zoo model {reference} is not shipped yet ({zoo.model_dir(reference)} has no "
+                                f"weights): train it with `specdiff zoo train {reference}` (see docs/drafters.md), "
+                                "or give a trained checkpoint's folder")
+
+
+def check_effort(kind: str, steps: int = 1, threshold: float | None = None) -> None:
+    """ValueError when a new kind is given an effort knob it does not have (uniform: no tau; dflash: none).
+    The AR drafter ignores them, as it always has (sweeps share one grid across drafters)."""
+    if kind == "ar":
+        return
+    if threshold is not None and "threshold" not in EFFORT[kind]:
+        raise ValueError(f"--threshold (tau) does not apply to the {kind} drafter; it takes "
+                         f"{' or '.join(EFFORT[kind]) or 'no effort knob (one step per round)'}")
+    if steps != 1 and "steps" not in EFFORT[kind]:
+        raise ValueError(f"--steps (K) does not apply to the {kind} drafter: it drafts a block in one step")
+
+
+def drafter_options(kind: str, config) -> dict:
+    """The drafter keyword arguments of a RunConfig for a drafter of `kind`."""
+    check_effort(kind, config.steps, config.threshold)
+    options = {}
+    if kind in ("masked", "block"):
+        options = dict(steps=config.steps, threshold=config.threshold)
+        if kind == "masked":  # a block drafter always caches its prefix
+            options["prefix_cache"] = config.prefix_cache
+    elif kind == "uniform":
+        options = dict(steps=config.steps)
+    if config.order is not None and kind in ("masked", "block", "uniform"):
+        options["order"] = config.order
+    return options
+
+
+def describe(kind: str, steps: int = 1, threshold: float | None = None, block_size: int = 8) -> str:
+    """A short row name: "block tau=0.9 B=8", "uniform K=2 B=8", "dflash B=16", "AR drafter B=4"."""
+    effort = ""
+    if "threshold" in EFFORT[kind] and threshold is not None:
+        effort = f" tau={threshold}"
+    elif "steps" in EFFORT[kind]:
+        effort = f" K={steps}"
+    return f"{'AR drafter' if kind == 'ar' else kind}{effort} B={block_size}"
