@@ -42,9 +42,9 @@ ARCHITECTURES = {
     # keyword arguments of their own configs (DiffusionGemmaTextConfig, MuseGlimmerAssistantConfig)
     "block-drafter": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                           head_dim=16, intermediate_size=256),
-    "uniform-drafter": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                            head_dim=16, global_head_dim=16, intermediate_size=256, num_experts=2, top_k_experts=1,
-                            moe_intermediate_size=128, layer_types=["sliding_attention", "full_attention"],
+    "uniform-drafter": dict(hidden_size=96, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                            head_dim=24, global_head_dim=24, intermediate_size=384, num_experts=2, top_k_experts=1,
+                            moe_intermediate_size=192, layer_types=["sliding_attention", "full_attention"],
                             sliding_window=192),
     "dflash-drafter": dict(hidden_size=96, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                            head_dim=24, intermediate_size=256, layer_types=["full_attention"] * 2,
@@ -79,11 +79,15 @@ TRAINING = {
     # block objective at the masked drafter's budget, and the same causal next-token loss.
     "block-drafter": dict(objective="block", steps=4000, batch_size=32, lr=1e-3, warmup=100, weight_decay=0.1,
                           seed=4, init_from="ar-drafter", block_tokens=BLOCK_TOKENS, ar_weight=1.0),
-    # DiffusionGemma-style, from scratch: uniform noise at ratio t on the block after a random cut,
-    # self-conditioning on half the batches, the encoder's next-token loss on the same problems.
-    "uniform-drafter": dict(objective="uniform", steps=4000, batch_size=32, lr=2e-3, warmup=100, weight_decay=0.1,
+    # DiffusionGemma-style, from scratch, at the verifier's width (2 layers): first the shared backbone as
+    # a causal LM alone (`uniform_weight=0`: the encoder's next-token loss, as DiffusionGemma starts from
+    # an autoregressive Gemma), then uniform noise at ratio t on the block after a random cut, with
+    # self-conditioning on half the batches, plus the same next-token loss. Each stage has its own warmup
+    # and cosine schedule. (From scratch at width 64 with both losses from step 0, 4000 steps: 0.065
+    # standalone; docs/drafters.md.)
+    "uniform-drafter": dict(objective="uniform", steps=6000, batch_size=32, lr=2e-3, warmup=100, weight_decay=0.1,
                             seed=5, init_from=None, block_tokens=BLOCK_TOKENS, self_conditioning_prob=0.5,
-                            ar_weight=1.0),
+                            ar_weight=1.0, stages=[dict(until=1500, uniform_weight=0.0), dict(until=6000)]),
     # DFlash: the shipped verifier frozen (its embeddings, LM head and hidden states); 4 anchors per
     # problem, each predicting the BLOCK_TOKENS tokens after it in one step.
     "dflash-drafter": dict(objective="dflash", steps=3000, batch_size=32, lr=1e-3, warmup=100, weight_decay=0.1,

@@ -214,6 +214,8 @@ def drafter_loss(model, target, recipe: dict, problems, tokenizer, generator) ->
     block, objective = configs.BLOCK_TOKENS, recipe["objective"]
     if objective == "dflash":
         return objectives.dflash_loss(model, target, problems, tokenizer, generator, block, recipe["anchors"])
+    if objective == "uniform" and recipe.get("uniform_weight", 1.0) == 0:  # the causal warm-up stage
+        return objectives.encoder_ar_loss(model, problems, tokenizer)
     if objective == "uniform":
         return objectives.uniform_loss(model, problems, tokenizer, generator, block,
                                        recipe["self_conditioning_prob"], recipe["ar_weight"])
@@ -255,13 +257,23 @@ def learning_rate(step: int, total: int, peak: float, warmup: int) -> float:
 
 @torch.no_grad()
 def quick_accuracy(model, tokenizer, name: str, n: int = 64) -> float:
-    """Greedy / standalone exact match on the first `n` validation problems (a training-time probe)."""
+    """Exact match on the first `n` validation problems (a training-time probe): greedy for the AR and
+    masked models, standalone (block after block, K = BLOCK_TOKENS steps, the default sampling) for
+    the block and uniform drafters. DFlash has none (it needs the verifier)."""
     from specdiff.zoo.evaluate import generate_answers
 
     problems = tasks.arith_problems("validation", n)
     was_training = model.training
     model.eval()
-    texts = generate_answers(model, tokenizer, name, [p.prompt for p in problems], greedy=True, seed=0)
+    if configs.TRAINING[name]["objective"] in ("block", "uniform"):
+        from specdiff import models
+        from specdiff.drafters.standalone import standalone_texts
+
+        drafter = models.wrap(model, model.config.to_dict(), dict(configs.SAMPLING[name]), tokenizer, role="drafter",
+                              steps=configs.BLOCK_TOKENS)
+        texts = standalone_texts(drafter, tokenizer, [p.prompt for p in problems], configs.BLOCK_TOKENS, 96)
+    else:
+        texts = generate_answers(model, tokenizer, name, [p.prompt for p in problems], greedy=True, seed=0)
     model.train(was_training)
     return tasks.accuracy(texts, [p.target for p in problems])
 
@@ -332,7 +344,7 @@ def train(name: str, run_dir: str | Path | None = None, out_dir: str | Path | No
         if objective == "ar":
             loss = ar_loss(model, ar_batch(problems, tokenizer))
         elif objective in ("block", "uniform", "dflash"):
-            loss = drafter_loss(model, target, recipe, problems, tokenizer, generator)
+            loss = drafter_loss(model, target, stage, problems, tokenizer, generator)
         else:
             loss = mdlm_loss(model, mdlm_batch(problems, tokenizer), tokenizer.mask_token_id, generator,
                              prefix_prob=stage.get("prefix_prob", 0.0), group_prob=stage.get("group_prob", 0.0),
@@ -348,7 +360,7 @@ def train(name: str, run_dir: str | Path | None = None, out_dir: str | Path | No
         bar.set_postfix(loss=f"{ema:.4f}", refresh=False)  # redrawn at mininterval, not every step
         done = step + 1
         if done % probe_every == 0 or done == total:
-            acc = quick_accuracy(model, tokenizer, name) if objective in ("ar", "mdlm") else None  # others: zoo eval
+            acc = quick_accuracy(model, tokenizer, name) if objective in ("ar", "mdlm", "block", "uniform") else None
             log.append({"step": done, "loss": round(ema, 4), "val_acc64": acc,
                         "seconds": round(time.time() - began, 1)})
             print(json.dumps(log[-1]), flush=True)
