@@ -38,6 +38,7 @@ NEW_DRAFTERS = ("block-drafter", "uniform-drafter", "dflash-drafter")  # evaluat
 STANDALONE_EFFORTS = {"block-drafter": [dict(steps=8), dict(threshold=0.9)], "uniform-drafter": [dict(steps=8)]}
 LOSSLESS_EFFORT = {"block-drafter": dict(steps=4), "uniform-drafter": dict(steps=4), "dflash-drafter": {}}
 LOSSLESS_PROBLEMS = 100
+STEP_COST_PROBLEMS = 30  # batch 1, timed round by round (`step_cost_row`)
 
 
 def available(names=configs.TRAINABLE) -> list[str]:
@@ -160,7 +161,26 @@ def drafter_row(name: str, prompts: list[str], targets: list[str], seed: int, ba
                    stderr=next(iter(standalone.values()))["stderr"], standalone=standalone,
                    block=configs.BLOCK_TOKENS)
     row["lossless"] = lossless_row(name, prompts[:LOSSLESS_PROBLEMS], targets[:LOSSLESS_PROBLEMS], seed, batch_size)
+    row["step_cost"] = step_cost_row(name, prompts[:STEP_COST_PROBLEMS], targets[:STEP_COST_PROBLEMS], seed)
     return row
+
+
+def step_cost_row(name: str, prompts: list[str], targets: list[str], seed: int) -> dict:
+    """One drafting step against one verifier round, side by side in one run: drafter `name` at one
+    denoising step per round (K = 1; DFlash always drafts in one step), B = 8, batch 1, lossless, timed by
+    the engine round by round. draft_step_ms: the drafter's time per round (its one step plus encoding the
+    tokens committed since the last round); verifier_round_ms: the verifier's forward plus the acceptance
+    rule. The issue's bound: draft_step_over_verifier_round <= 0.5."""
+    from specdiff.engine.runs import ModelCache, RunConfig, run_config
+
+    effort = {} if name == "dflash-drafter" else dict(steps=1)
+    config = RunConfig(f"{name} step cost", drafter=name, block_size=configs.BLOCK_TOKENS, batch_size=1, **effort)
+    result = run_config(config, prompts, targets, ModelCache(), configs.CANVAS_TOKENS, seed=seed,
+                        is_correct=tasks.is_correct)
+    verifier_round = result["verify_ms"] + result["accept_ms"]
+    return {"problems": len(prompts), "rounds": result.get("rounds"), "draft_step_ms": round(result["draft_ms"], 3),
+            "verifier_round_ms": round(verifier_round, 3),
+            "draft_step_over_verifier_round": round(result["draft_ms"] / verifier_round, 3)}
 
 
 def lossless_row(name: str, prompts: list[str], targets: list[str], seed: int, batch_size: int) -> dict:
