@@ -2,12 +2,14 @@
 
 For a few arith test prompts, the exact distribution of the verifier's first `--length` sampled
 tokens (temperature 0.7, top-p 0.8, top-k 20) is enumerated over its support tree. Lossless
-speculative diffusion with the masked drafter (K steps, entropy order, marginal proposal: not
-proven exact) and the same drafter in point-mass mode (exact) each draw `--rows` samples per
+speculative diffusion with a diffusion drafter (`--drafter`: the masked drafter by default, K steps,
+entropy order, marginal proposal: not proven exact; or the uniform or block drafter) and the same
+drafter in point-mass mode (exact) each draw `--rows` samples per
 prompt in one batched call; the script prints the total variation of each to the exact
 distribution and a chi-square p-value, as JSON.
 
     python scripts/marginal_bias.py --rows 4000 --steps 4 --block 8 > docs/engine_marginal_bias.json
+    python scripts/marginal_bias.py --drafter uniform-drafter --steps 4 > docs/engine_marginal_bias_uniform.json
 """
 from __future__ import annotations
 
@@ -67,22 +69,22 @@ def main(argv=None) -> int:
     parser.add_argument("--block", type=int, default=8)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--drafter", default="masked-drafter",
+                        help="a zoo diffusion drafter: masked-drafter, uniform-drafter or block-drafter")
     parser.add_argument("--drafter-temperature", type=float, default=None,
-                        help="the masked drafter's sampling temperature (default: the zoo's, 0.2)")
+                        help="the drafter's sampling temperature (default: the zoo's, 0.2 for the masked drafter)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     tokenizer, verifier_model = zoo.tokenizer(), zoo.load("verifier")
     sampling = dict(zoo.SAMPLING["verifier"])
-    masked = zoo.load("masked-drafter")
+    from specdiff import models
     results = []
     for prompt, exact in uncertain_contexts(verifier_model, tokenizer, args.prompts, args.length, sampling):
         row = {"context": tokenizer.decode(prompt, skip_special_tokens=True), "support": len(exact),
                "max_probability": max(exact.values())}
         for proposal in ("marginal", "point_mass"):
-            drafter_sampling = dict(zoo.SAMPLING["masked-drafter"])
-            if args.drafter_temperature is not None:
-                drafter_sampling["temperature"] = args.drafter_temperature
-            drafter = sd.MaskedDiffusionDrafter(masked, steps=args.steps, tokenizer=tokenizer, **drafter_sampling)
+            options = {} if args.drafter_temperature is None else {"temperature": args.drafter_temperature}
+            drafter = models.load(args.drafter, role="drafter", steps=args.steps, **options)
             gen = sd.SpeculativeGenerator(drafter, sd.Verifier(verifier_model, **sampling), block_size=args.block,
                                           proposal=proposal, eos_token_id=[], batch_size=args.rows)
             out = gen.generate([prompt] * args.rows, max_new_tokens=args.length,
@@ -107,9 +109,10 @@ def main(argv=None) -> int:
         results.append(row)
         print(json.dumps(row), file=sys.stderr, flush=True)
     noise = 0.4 * (max(r["support"] for r in results) / args.rows) ** 0.5
-    print(json.dumps({"drafter_temperature": args.drafter_temperature or zoo.SAMPLING["masked-drafter"]["temperature"],
+    print(json.dumps({"drafter": args.drafter,
+                      "drafter_temperature": args.drafter_temperature or zoo.SAMPLING[args.drafter]["temperature"],
                       "rows_per_prompt": args.rows, "length": args.length, "steps": args.steps, "block": args.block,
-                      "order": "entropy", "tv_noise_bound": noise, "prompts": results}, indent=1))
+                      "order": zoo.SAMPLING[args.drafter]["order"], "tv_noise_bound": noise, "prompts": results}, indent=1))
     return 0
 
 
