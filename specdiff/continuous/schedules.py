@@ -53,13 +53,16 @@ class Schedule:
     COEFFICIENTS = ("signal", "noise", "step_std", "noise_coef", "state_coef", "score_coef", "mean_state_coef",
                     "mean_denoised_coef")
 
-    def to(self, dtype: torch.dtype) -> "Schedule":
+    def to(self, dtype: torch.dtype, device: torch.device | str | None = None) -> "Schedule":
         """A copy whose levels and coefficients, computed in the schedule's own (float64) precision, are
-        stored in `dtype`, so that a sampling loop gathers them without casts. model_time is left for
-        the denoiser. (Recomputing them in float32 would lose the small posterior variances at large K.)"""
+        stored in `dtype` (and moved to `device`, model_time too, in its own dtype), so that a sampling
+        loop gathers them on the state's device without casts. model_time is left in its dtype for the
+        denoiser. (Recomputing them in float32 would lose the small posterior variances at large K.)"""
         cast = copy.copy(self)
         for name in self.COEFFICIENTS:
-            setattr(cast, name, getattr(self, name).to(dtype))
+            setattr(cast, name, getattr(self, name).to(device=device, dtype=dtype))
+        if device is not None:
+            cast.model_time = self.model_time.to(device)
         return cast
 
 
