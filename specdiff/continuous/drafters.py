@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from specdiff.continuous.schedules import Schedule, score_from_denoised, transition_mean
+from specdiff.continuous.schedules import Schedule, gather_coefficient, score_from_denoised, transition_mean
 
 
 @dataclass
@@ -92,7 +92,7 @@ def draft_with_model(
     for i in range(draft_noise.shape[1]):
         step = (steps + i).clamp(max=last_step)
         mean = transition_mean(schedule, current, step, denoiser(current, step, schedule))
-        current = mean + schedule.step_std[step].to(mean.dtype).unsqueeze(-1) * draft_noise[:, i]
+        current = mean + gather_coefficient(schedule.step_std, step, mean.dtype) * draft_noise[:, i]
         draft_means.append(mean)
         draft_states.append(current)
     return torch.stack(draft_means, 1), torch.stack(draft_states, 1)
@@ -218,16 +218,17 @@ class FreeDrafter(_FrozenScoreDrafter):
 
     def start(self, initial):
         self._score = torch.zeros_like(initial)  # [n, d] the target's score at each row's parent
-        self._has_score = torch.zeros(initial.shape[0], dtype=torch.bool, device=initial.device)  # [n]
+        self._missing = torch.ones(initial.shape[0], dtype=torch.bool, device=initial.device)  # [n] no score yet
+        self._none_missing = False  # known on the host once a round has covered every row
 
     def root_rows(self, drafting):
-        return drafting & ~self._has_score
+        return drafting & self._missing
 
     def draft(self, schedule, states, steps, draft_noise, root_denoised, rows):
         score = _take(self._score, rows)
         if root_denoised is not None:
             root_score = score_from_denoised(schedule, states, steps, root_denoised)
-            score = torch.where(_take(self._has_score, rows).unsqueeze(-1), score, root_score)
+            score = torch.where(_take(self._missing, rows).unsqueeze(-1), root_score, score)
         return self.draft_from_score(schedule, states, steps, score, draft_noise)
 
     def observe(self, schedule, rows, states, steps, denoised, num_accepted):
@@ -236,10 +237,12 @@ class FreeDrafter(_FrozenScoreDrafter):
                                      denoised[index, num_accepted])
         if rows is None:
             self._score = parent
-            self._has_score.fill_(True)
+            if not self._none_missing:
+                self._missing.fill_(False)
+                self._none_missing = True
         else:
             self._score[rows] = parent
-            self._has_score[rows] = True
+            self._missing[rows] = False
 
 
 class ModelDrafter(ContinuousDrafter):

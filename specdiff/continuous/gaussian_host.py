@@ -20,7 +20,10 @@ from specdiff.continuous.gaussian import LOG_2, LOG_SQRT_2PI, GaussianVerifyResu
 
 
 def _host(tensor: torch.Tensor) -> np.ndarray:
-    return tensor.detach().to("cpu", torch.float64).numpy()
+    """A float64 numpy view or copy of a CPU tensor (each skipped conversion is a tensor op saved)."""
+    if tensor.requires_grad:
+        tensor = tensor.detach()
+    return (tensor if tensor.dtype == torch.float64 else tensor.double()).numpy()
 
 
 def _log_uniform(shape, generator) -> np.ndarray:

@@ -216,31 +216,36 @@ class SpeculativeSampler:
         device, dtype = initial.device, initial.dtype
         schedule = target.schedule.to(dtype, device)  # coefficients gathered without casts
         K, (n, d) = schedule.num_steps, initial.shape
-        lengths = self.lengths.to(device)  # [K+1] L(k); L(K) = 0
         position = torch.arange(gamma + 1, device=device)  # [g+1]
+        lengths = self.lengths.to(device)  # [K+1] L(k); L(K) = 0
+        # per start step k = 0..K: (k < K, L(k)) to count with, whether L(k) > 0, the steps k..k+g clamped
+        counted = torch.stack([torch.arange(K + 1, device=device) < K, lengths], dim=-1)  # [K+1, 2] long
+        drafts = lengths > 0  # [K+1] bool
+        round_steps = (torch.arange(K + 1, device=device).unsqueeze(-1) + position).clamp(max=K - 1)  # [K+1, g+1]
         state = initial.clone()  # [n, d]
         step = torch.zeros(n, dtype=torch.long, device=device)  # [n] k
         rounds, target_calls, drafter_calls = (torch.zeros(n, dtype=torch.long, device=device) for _ in range(3))
+        full_rounds = 0  # rounds in which every row sampled and made one target call: added to both at the end
         drafter.start(state)
         checks = [("the initial state contains NaN or inf", torch.isfinite(state).all())]  # read with the counts
         evaluations = host_reads = 0
 
         while True:
-            active = step < K  # [n] rows still sampling
-            drafted_all = lengths[step]  # [n] L, 0 for finished rows
-            drafting = drafted_all > 0
+            drafting = drafts[step]  # [n] L(k) > 0 (so the row is still sampling)
             root_all = drafter.root_rows(drafting) & drafting  # [n] rows that need a root target call
             # THE host read of the round: its shapes, and the previous round's finiteness checks
-            counts = torch.stack([active.sum(), root_all.sum(), drafted_all.sum(), *(ok for _, ok in checks)]).tolist()
+            counts = torch.cat([counted[step].sum(0), torch.stack([root_all.sum(), *(ok for _, ok in checks)])])
+            counts = counts.tolist()
             host_reads += 1
+            b, num_drafted, num_root = counts[:3]  # rows still sampling, sum of their L, rows with a root call
             for (problem, _), ok in zip(checks, counts[3:]):
                 if not ok:
                     raise ValueError(f"SpeculativeSampler: {problem}")
-            b, num_root, num_drafted = counts[:3]  # rows sampling, rows with a root call, sum of L
             if b == 0:
                 break
-            rows = None if b == n else _first(active, b)  # [b] the rows still sampling (None: all)
-            y, k, drafted, root = (_take(t, rows) for t in (state, step, drafted_all, root_all))
+            rows = None if b == n else _first(step < K, b)  # [b] the rows still sampling (None: all)
+            y, k, root = (_take(t, rows) for t in (state, step, root_all))  # [b, d], [b], [b]
+            drafted = lengths[k]  # [b] L
             checks = []
 
             draft_noise = torch.randn((b, gamma, d), generator=generator, dtype=dtype, device=device)
@@ -258,7 +263,7 @@ class SpeculativeSampler:
 
             # ONE batched target call on y_hat_0..y_hat_L of every row
             all_states = torch.cat([y.unsqueeze(1), draft.states], dim=1)  # [b, g+1, d]
-            all_steps = (k.unsqueeze(-1) + position).clamp(max=K - 1)  # [b, g+1]
+            all_steps = round_steps[k]  # [b, g+1] k..k+g, clamped at K-1
             num_states = b + num_drafted - num_root
             denoised, calls = self._verification_call(all_states, all_steps, drafted, root, root_denoised,
                                                       num_states, checks)
@@ -273,17 +278,20 @@ class SpeculativeSampler:
             result = verify_round(draft_noise, draft.means, target_means, sigma, drafted, self.method, self.residual,
                                   self.temperature, generator)
             checks.append((NOT_FINITE.format(dtype=dtype), torch.isfinite(result.next_state).all()))
-            tau = result.num_accepted.to(device)  # [b] (the host path's are CPU tensors, and so is its device)
+            tau = result.num_accepted  # [b] (a CPU tensor from the host path, and then the device is the CPU)
             if rows is None:
                 state, step = result.next_state, k + tau + 1
             else:
                 state[rows], step[rows] = result.next_state, k + tau + 1
-            _add(rounds, rows, 1)
-            _add(target_calls, rows, calls)
+            if rows is None and isinstance(calls, int):
+                full_rounds += 1
+            else:
+                _add(rounds, rows, 1)
+                _add(target_calls, rows, calls)
             drafter.observe(schedule, rows, all_states, all_steps, denoised, tau)
 
-        stats = SampleStats(K, rounds.cpu(), target_calls.cpu(), drafter_calls.cpu(), time.perf_counter() - start,
-                            evaluations, extra={"host_reads": host_reads})
+        stats = SampleStats(K, (rounds + full_rounds).cpu(), (target_calls + full_rounds).cpu(), drafter_calls.cpu(),
+                            time.perf_counter() - start, evaluations, extra={"host_reads": host_reads})
         return state, stats
 
     def _root_call(self, y, k, root, num_root: int, checks: list) -> torch.Tensor:  # [b, d]
