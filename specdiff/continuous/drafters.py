@@ -146,9 +146,9 @@ class ContinuousDrafter:
 
 
 CONTRACT = {  # method -> the arguments the sampler passes
+    "draft": ("schedule", "states", "steps", "draft_noise", "root_denoised", "rows"),
     "start": ("initial",),
     "root_rows": ("drafting",),
-    "draft": ("schedule", "states", "steps", "draft_noise", "root_denoised", "rows"),
     "observe": ("schedule", "rows", "states", "steps", "denoised", "num_accepted"),
 }
 

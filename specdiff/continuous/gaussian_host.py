@@ -28,7 +28,7 @@ def _host(tensor: torch.Tensor) -> np.ndarray:
 
 def _log_uniform(shape, generator) -> np.ndarray:
     """log eta, eta ~ U(0, 1], as gaussian.draw_log_uniform draws it."""
-    return np.log(_host(1.0 - torch.rand(shape, generator=generator, dtype=torch.float64)))
+    return np.log(_host(1.0 - torch.rand(shape, generator=generator, dtype=torch.float64, device="cpu")))
 
 
 def _log1mexp(x: float) -> float:
@@ -138,12 +138,12 @@ def verify_round_on_host(draft_noise, draft_means, target_means, sigma, num_draf
                                                           _log_uniform((b, g + 1), generator))
 
     rows = np.arange(b)
-    bonus_noise = _host(torch.randn((b, d), generator=generator, dtype=dtype))  # a target step from y_hat_tau
+    bonus_noise = _host(torch.randn((b, d), generator=generator, dtype=dtype, device="cpu"))  # a target step from y_hat_tau
     next_state = m_q[rows, num_accepted] + sd[rows, num_accepted, None] * bonus_noise
     rejected = num_accepted < drafted
     if residual == "decomposition" and g > 0:  # drawn for every row, as on the device
         log_uniform = _log_uniform((b,), generator)
-        fresh = _host(torch.randn((b, d), generator=generator, dtype=dtype))
+        fresh = _host(torch.randn((b, d), generator=generator, dtype=dtype, device="cpu"))
     if rejected.any():
         r = np.flatnonzero(rejected)
         step = num_accepted[r]  # the rejected draft is number step+1, at index step
