@@ -141,9 +141,15 @@ def solve_psi(
     return u
 
 
+def precise_dtype(device: torch.device) -> torch.dtype:
+    """float64, the dtype of every per-step scalar and of the psi solve; float32 on MPS, which has no float64."""
+    return torch.float32 if device.type == "mps" else torch.float64
+
+
 def draw_log_uniform(shape, generator, device) -> torch.Tensor:
-    """log eta, eta ~ U(0, 1], float64, from the caller's generator on `device`."""
-    return torch.log(1.0 - torch.rand(shape, generator=generator, dtype=torch.float64, device=device))
+    """log eta, eta ~ U(0, 1], in float64, from the caller's generator on `device`."""
+    device = torch.device(device)
+    return torch.log(1.0 - torch.rand(shape, generator=generator, dtype=precise_dtype(device), device=device))
 
 
 def sample_psi(
@@ -159,8 +165,9 @@ def sample_psi(
     if bool((delta_norm <= 0).any()):
         raise ValueError("sample_psi: the residual is empty where the means coincide (|Delta| = 0)")
     log_uniform = draw_log_uniform(delta_norm.shape, generator, delta_norm.device)
-    return solve_psi(log_alpha.to(torch.float64), delta_norm.to(torch.float64), log_uniform, max_iterations,
-                     tolerance, max_doubling)
+    precise = log_uniform.dtype
+    return solve_psi(log_alpha.to(precise), delta_norm.to(precise), log_uniform, max_iterations, tolerance,
+                     max_doubling)
 
 
 # ----------------------------------------------------------------------------- residuals
@@ -198,8 +205,8 @@ def decomposition_residual(
     its output is meaningless: the caller keeps only rejected rows)."""
     e, delta_norm = unit_direction(delta)
     log_uniform = draw_log_uniform(delta_norm.shape, generator, delta.device)
-    safe_norm = torch.where(delta_norm > 0, delta_norm, 1.0).to(torch.float64)
-    along_e = solve_psi(log_alpha.to(torch.float64), safe_norm, log_uniform).to(delta.dtype)  # [n]
+    safe_norm = torch.where(delta_norm > 0, delta_norm, 1.0).to(log_uniform.dtype)
+    along_e = solve_psi(log_alpha.to(log_uniform.dtype), safe_norm, log_uniform).to(delta.dtype)  # [n]
     fresh = torch.randn(delta.shape, generator=generator, dtype=noise_dtype or delta.dtype, device=delta.device)
     fresh = fresh.to(delta.dtype)
     orthogonal = fresh - (fresh * e).sum(-1, keepdim=True) * e
@@ -308,7 +315,7 @@ def verify_round_on_device(draft_noise, draft_means, target_means, sigma, num_dr
     |Delta|^2 overflow for large means or tiny sigma. Normals are drawn in the inputs' dtype."""
     b, g, d = draft_noise.shape
     dtype, device = draft_means.dtype, draft_means.device
-    work = torch.float64 if device.type != "mps" else dtype
+    work = precise_dtype(device)
     draft_noise, draft_means, target_means, sigma = (t.to(work) for t in (draft_noise, draft_means, target_means, sigma))
     speculated = torch.arange(g, device=device) < num_drafted.unsqueeze(-1)  # [b, g]
     safe_sigma = torch.where(speculated, sigma[:, :g], 1.0)
