@@ -172,7 +172,8 @@ def check_drafter(drafter) -> None:
         raise ValueError(f"drafter {kind} does not follow the ContinuousDrafter contract: it does not implement draft")
 
 
-def _take(tensor: torch.Tensor, rows: torch.Tensor | None) -> torch.Tensor:
+def take_rows(tensor: torch.Tensor, rows: torch.Tensor | None) -> torch.Tensor:
+    """tensor[rows], the rows of a round among a sampling call's n rows (rows None: all of them)."""
     return tensor if rows is None else tensor[rows]
 
 
@@ -225,10 +226,10 @@ class FreeDrafter(_FrozenScoreDrafter):
         return drafting & self._missing
 
     def draft(self, schedule, states, steps, draft_noise, root_denoised, rows):
-        score = _take(self._score, rows)
+        score = take_rows(self._score, rows)
         if root_denoised is not None:
             root_score = score_from_denoised(schedule, states, steps, root_denoised)
-            score = torch.where(_take(self._missing, rows).unsqueeze(-1), root_score, score)
+            score = torch.where(take_rows(self._missing, rows).unsqueeze(-1), root_score, score)
         return self.draft_from_score(schedule, states, steps, score, draft_noise)
 
     def observe(self, schedule, rows, states, steps, denoised, num_accepted):

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from specdiff.continuous.drafters import Draft, make_drafter
+from specdiff.continuous.drafters import Draft, make_drafter, take_rows
 from specdiff.continuous.gaussian import NOT_FINITE, LossyTemperatureWarning, check_options, verify_round
 from specdiff.continuous.models import Target
 from specdiff.continuous.schedules import transition_mean
@@ -157,10 +157,6 @@ def _first(mask: torch.Tensor, count: int) -> torch.Tensor:  # [m] bool -> [coun
     return torch.argsort(mask.to(torch.uint8), descending=True, stable=True)[:count]
 
 
-def _take(tensor: torch.Tensor, rows: torch.Tensor | None) -> torch.Tensor:
-    return tensor if rows is None else tensor[rows]
-
-
 def _add(tensor: torch.Tensor, rows: torch.Tensor | None, values) -> None:
     if rows is None:
         tensor += values
@@ -244,7 +240,7 @@ class SpeculativeSampler:
             if b == 0:
                 break
             rows = None if b == n else _first(step < K, b)  # [b] the rows still sampling (None: all)
-            y, k, root = (_take(t, rows) for t in (state, step, root_all))  # [b, d], [b], [b]
+            y, k, root = (take_rows(t, rows) for t in (state, step, root_all))  # [b, d], [b], [b]
             drafted = lengths[k]  # [b] L
             checks = []
 
