@@ -24,7 +24,7 @@ import torch
 from specdiff.continuous.drafters import Draft, make_drafter, take_rows
 from specdiff.continuous.gaussian import NOT_FINITE, LossyTemperatureWarning, check_options, verify_round
 from specdiff.continuous.models import Target
-from specdiff.continuous.schedules import transition_mean
+from specdiff.continuous.schedules import Schedule, transition_mean
 
 
 @dataclass
@@ -164,6 +164,27 @@ def _add(tensor: torch.Tensor, rows: torch.Tensor | None, values) -> None:
         tensor[rows] += values
 
 
+@dataclass
+class RoundTables:
+    """What a sampling loop gathers per start step k = 0..K, on the state's device and dtype."""
+
+    schedule: Schedule  # the target's schedule, coefficients in the state's dtype
+    lengths: torch.Tensor  # [K+1] long L(k); L(K) = 0
+    counted: torch.Tensor  # [K+1, 2] long (k < K, L(k)): summed over rows, the round's counts
+    drafts: torch.Tensor  # [K+1] bool L(k) > 0
+    round_steps: torch.Tensor  # [K+1, g+1] long k..k+g, clamped at K-1
+
+    @classmethod
+    def build(cls, schedule: Schedule, lengths: torch.Tensor, draft_length: int, dtype, device) -> "RoundTables":
+        schedule = schedule.to(dtype, device)
+        K = schedule.num_steps
+        lengths = lengths.to(device)
+        start = torch.arange(K + 1, device=device)
+        counted = torch.stack([start < K, lengths], dim=-1).long()
+        round_steps = (start.unsqueeze(-1) + torch.arange(draft_length + 1, device=device)).clamp(max=K - 1)
+        return cls(schedule, lengths, counted, lengths > 0, round_steps)
+
+
 class SpeculativeSampler:
     """Speculative DDPM: R = sample+reflection, D = sample+decomposition, B = block+decomposition (Table 1).
 
@@ -196,6 +217,7 @@ class SpeculativeSampler:
         self.residual = residual
         self.temperature = temperature
         self.lengths = speculation_lengths(target.schedule.step_std, draft_length)
+        self._round_tables = {}  # (dtype, device) -> (the target's schedule they were built from, RoundTables)
 
     def sample(
         self,
@@ -210,14 +232,11 @@ class SpeculativeSampler:
                           "do not follow the target", LossyTemperatureWarning, stacklevel=2)
         start = time.perf_counter()
         device, dtype = initial.device, initial.dtype
-        schedule = target.schedule.to(dtype, device)  # coefficients gathered without casts
+        tables = self._tables(dtype, device)
+        schedule, lengths, counted, drafts, round_steps = (tables.schedule, tables.lengths, tables.counted,
+                                                           tables.drafts, tables.round_steps)
         K, (n, d) = schedule.num_steps, initial.shape
         position = torch.arange(gamma + 1, device=device)  # [g+1]
-        lengths = self.lengths.to(device)  # [K+1] L(k); L(K) = 0
-        # per start step k = 0..K: (k < K, L(k)) to count with, whether L(k) > 0, the steps k..k+g clamped
-        counted = torch.stack([torch.arange(K + 1, device=device) < K, lengths], dim=-1)  # [K+1, 2] long
-        drafts = lengths > 0  # [K+1] bool
-        round_steps = (torch.arange(K + 1, device=device).unsqueeze(-1) + position).clamp(max=K - 1)  # [K+1, g+1]
         state = initial.clone()  # [n, d]
         step = torch.zeros(n, dtype=torch.long, device=device)  # [n] k
         rounds, target_calls, drafter_calls = (torch.zeros(n, dtype=torch.long, device=device) for _ in range(3))
@@ -289,6 +308,15 @@ class SpeculativeSampler:
         stats = SampleStats(K, (rounds + full_rounds).cpu(), (target_calls + full_rounds).cpu(), drafter_calls.cpu(),
                             time.perf_counter() - start, evaluations, extra={"host_reads": host_reads})
         return state, stats
+
+    def _tables(self, dtype: torch.dtype, device: torch.device) -> "RoundTables":
+        """The schedule and per-step tables on (dtype, device), built at the first sampling call there and
+        kept (the copies to a GPU are host syncs; later calls make none before their first round)."""
+        source, tables = self._round_tables.get((dtype, device), (None, None))
+        if source is not self.target.schedule:
+            tables = RoundTables.build(self.target.schedule, self.lengths, self.draft_length, dtype, device)
+            self._round_tables[(dtype, device)] = self.target.schedule, tables
+        return tables
 
     def _root_call(self, y, k, root, num_root: int, checks: list) -> torch.Tensor:  # [b, d]
         """x0_hat at the current state of the root rows (zeros elsewhere), in one target call."""
