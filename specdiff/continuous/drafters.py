@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
+from specdiff.continuous.gaussian import precise_dtype
 from specdiff.continuous.schedules import Schedule, gather_coefficient, score_from_denoised, transition_mean
 
 
@@ -36,11 +37,11 @@ class FrozenDraftCoefficients:
 
 
 def frozen_draft_coefficients(schedule: Schedule, draft_length: int, dtype: torch.dtype) -> FrozenDraftCoefficients:
-    """Tables of FrozenDraftCoefficients for every start step k = 0..K-1, computed in the schedule's
-    precision (float64) and stored in dtype."""
+    """Tables of FrozenDraftCoefficients for every start step k = 0..K-1, on the schedule's device,
+    computed in float64 (float32 on MPS) and stored in dtype."""
     K, device = schedule.num_steps, schedule.step_std.device
     step = (torch.arange(K, device=device).unsqueeze(-1) + torch.arange(draft_length, device=device)).clamp(max=K - 1)
-    state_coef = schedule.state_coef[step].double()
+    state_coef = schedule.state_coef[step].to(precise_dtype(device))
     log_products = torch.log(state_coef).cumsum(-1)  # [K, g] log P_i (A_i > 0)
     transfer = torch.exp(log_products.unsqueeze(-1) - log_products.unsqueeze(-2)).tril()  # [K, g, g]
     return FrozenDraftCoefficients(
