@@ -9,7 +9,8 @@ bookkeeping. SpeculativeSampler reads the device ONCE per round, at the top of i
 (`counts = ....tolist()`): how many rows still sample, need a root call and draft (the shapes of the
 round), and whether the previous round's model outputs and next state were finite. Rows are then
 compacted on the device (a stable sort of a mask, sliced at the count just read), so nothing else
-comes back: a sampling call makes rounds + 1 host reads (SampleStats.extra["host_reads"]). On a CPU
+comes back: a sampling call makes rounds + 1 host reads (SampleStats.extra["host_reads"]), and one
+copy of the per-row counters at the end. On a CPU
 state of <= 8 rows the verification itself runs on the host (gaussian_host.py), where reading a tensor
 is not a device sync. Models, generator and states must share one device: nothing is copied across.
 """
@@ -305,8 +306,9 @@ class SpeculativeSampler:
                 _add(target_calls, rows, calls)
             drafter.observe(schedule, rows, all_states, all_steps, denoised, tau)
 
-        stats = SampleStats(K, (rounds + full_rounds).cpu(), (target_calls + full_rounds).cpu(), drafter_calls.cpu(),
-                            time.perf_counter() - start, evaluations, extra={"host_reads": host_reads})
+        counters = torch.stack([rounds + full_rounds, target_calls + full_rounds, drafter_calls]).cpu()  # one copy
+        stats = SampleStats(K, *counters.unbind(0), time.perf_counter() - start, evaluations,
+                            extra={"host_reads": host_reads})
         return state, stats
 
     def _tables(self, dtype: torch.dtype, device: torch.device) -> "RoundTables":

@@ -152,6 +152,36 @@ def test_one_host_read_per_round(host_reads, monkeypatch, drafter, method, resid
     assert host_reads["reads"] == 0
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("method,residual", METHODS)
+def test_cuda_syncs_per_round(method, residual):
+    """On a GPU, torch's own sync detector: at most one sync per round, plus one to stop and one for the
+    counters (after a first call has put the schedule's tables on the device); DDPM none."""
+    import warnings
+
+    device = torch.device("cuda")
+    mixture = gaussian_mixture_2d()
+    mixture.means, mixture.variances, mixture.log_weights = (
+        t.to(device) for t in (mixture.means, mixture.variances, mixture.log_weights))
+    target = Target(rectified_flow_schedule(30, 0.5), mixture, 2)
+    sampler = SpeculativeSampler(target, "free", 4, method, residual)
+    noise = initial_noise(4096, 2, torch.Generator(device).manual_seed(0), torch.float32, device)
+    sampler.sample(noise, torch.Generator(device).manual_seed(1))
+    torch.cuda.synchronize()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            _, stats = sampler.sample(noise, torch.Generator(device).manual_seed(1))
+            syncs = sum("synchroniz" in str(w.message) for w in caught)
+            ddpm_sample(target, noise, torch.Generator(device).manual_seed(2))
+            ddpm_syncs = sum("synchroniz" in str(w.message) for w in caught) - syncs
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+    assert syncs <= int(stats.rounds.max()) + 2
+    assert ddpm_syncs == 0
+
+
 def test_device_round_and_host_round_sample_alike_in_a_sampler():
     """One row at a time (the host verification) and 12 rows at once (the tensor one) give the same
     statistics of the number of rounds on the 2-D mixture: both are the same verification."""
