@@ -179,7 +179,7 @@ class RoundTables:
     def build(cls, schedule: Schedule, lengths: torch.Tensor, draft_length: int, dtype, device) -> "RoundTables":
         schedule = schedule.to(dtype, device)
         K = schedule.num_steps
-        lengths = lengths.to(device)
+        lengths = lengths.to(device, non_blocking=True)  # host to device: no sync
         start = torch.arange(K + 1, device=device)
         counted = torch.stack([start < K, lengths], dim=-1).long()
         round_steps = (start.unsqueeze(-1) + torch.arange(draft_length + 1, device=device)).clamp(max=K - 1)

@@ -59,10 +59,10 @@ class Schedule:
         loop gathers them on the state's device without casts. model_time is left in its dtype for the
         denoiser. (Recomputing them in float32 would lose the small posterior variances at large K.)"""
         cast = copy.copy(self)
-        for name in self.COEFFICIENTS:
-            setattr(cast, name, getattr(self, name).to(device=device, dtype=dtype))
+        for name in self.COEFFICIENTS:  # host to device: non_blocking (safe from pageable memory, and no sync)
+            setattr(cast, name, getattr(self, name).to(device=device, dtype=dtype, non_blocking=True))
         if device is not None:
-            cast.model_time = self.model_time.to(device)
+            cast.model_time = self.model_time.to(device, non_blocking=True)
         return cast
 
 
