@@ -11,6 +11,9 @@ _PUBLIC = {
     "GaussianVerifyResult": "specdiff.continuous.gaussian",
     "LossyTemperatureWarning": "specdiff.continuous.gaussian",
     "acceptance_probability": "specdiff.continuous.gaussian",
+    "from_diffusers": "specdiff.continuous.pipelines",
+    "diffusers_target": "specdiff.continuous.pipelines",
+    "DiffusersTarget": "specdiff.continuous.pipelines",
 }
 __all__ = list(_PUBLIC)
 __getattr__ = lazy_exports(globals(), _PUBLIC)

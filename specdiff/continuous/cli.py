@@ -10,6 +10,7 @@ from specdiff.argtypes import nonnegative_int, output_dir, output_file, positive
 
 METHOD_CHOICES = ("ddpm", "R", "D", "B")
 SAMPLE_SUFFIXES = (".npz", ".npy", ".png")
+DIFFUSERS_GRID = "diffusers_samples.png"  # `sample --diffusers` writes its grid here unless --out says otherwise
 RUN_DIR = Path("runs") / "continuous"  # `continuous train` writes here unless told to replace the shipped weights
 NO_SPECULATION = ("churn 0 turns speculation off: every step is deterministic (sigma = 0), so nothing is drafted "
                   "or verified and R, D and B all run as DDPM")
@@ -29,6 +30,14 @@ def at_least_two(text: str) -> int:
     if value < 2:
         raise argparse.ArgumentTypeError(f"must be an integer >= 2, got {text!r}")
     return value
+
+
+def pipeline_dir(text: str) -> str:
+    """--diffusers: a local directory holding a pipeline's model_index.json (nothing is downloaded)."""
+    if not (Path(text) / "model_index.json").is_file():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a saved diffusers pipeline (no model_index.json in it); "
+                                         "save one with pipeline.save_pretrained(PATH)")
+    return text
 
 
 def register(subparsers) -> None:
@@ -57,7 +66,12 @@ def register(subparsers) -> None:
     p.add_argument("--method", choices=METHOD_CHOICES, default="B", help="ddpm, or R/D/B of Table 1")
     p.add_argument("--num-samples", type=positive_int, default=16)
     p.add_argument("--out", type=output_file(*SAMPLE_SUFFIXES),
-                   help="write samples (.npz: key 'samples'; .npy: the array) or a digit grid (.png, digits only)")
+                   help="write samples (.npz: key 'samples'; .npy: the array) or an image grid (.png: digits or "
+                        f"--diffusers; default {DIFFUSERS_GRID} with --diffusers)")
+    p.add_argument("--diffusers", type=pipeline_dir, metavar="PATH",
+                   help="instead of --model: a diffusers pipeline saved with save_pretrained (DDPMPipeline, "
+                        "DDIMPipeline, or a latent one with a VQModel or AutoencoderKL); churn 1 is its own "
+                        "scheduler's step (DDIM's eta = churn)")
     p.set_defaults(handler=_sample)
 
     p = sub.add_parser("eval", help="exactness (two-sample tests vs DDPM) and Frechet distance of R/D/B")
@@ -137,19 +151,24 @@ def _target(args, steps=None):
 
     torch.set_num_threads(args.threads)
     steps = steps or args.steps
+    if getattr(args, "diffusers", None):
+        from specdiff.continuous.pipelines import from_diffusers, load_pipeline
+
+        return from_diffusers(load_pipeline(args.diffusers), steps, args.churn)
     if args.model == "digits":
         return load_digits_target(steps, args.churn)
     mixture = gaussian_mixture_2d() if args.model == "gmm2d" else gaussian_mixture_64d()
     return Target(rectified_flow_schedule(steps, args.churn), mixture, mixture.dim)
 
 
-def _run(args, target, method, num_samples, seed_offset=0):
+def _run(args, target, method, num_samples, seed_offset=0, dtype=None):
     import torch
 
     from specdiff.continuous.bench import METHODS
     from specdiff.continuous.sampler import SpeculativeSampler, ddpm_sample, initial_noise
 
-    dtype = torch.float32 if args.model == "digits" else torch.float64
+    if dtype is None:
+        dtype = torch.float32 if args.model == "digits" else torch.float64
     noise = initial_noise(num_samples, target.dim, torch.Generator().manual_seed(args.seed + seed_offset), dtype)
     generator = torch.Generator().manual_seed(args.seed + 1 + seed_offset)
     if method == "ddpm":
@@ -167,8 +186,10 @@ def _print(args, payload):
 
 
 def _sample(args) -> int:
+    if args.diffusers:
+        return _sample_diffusers(args)
     if args.out and args.out.lower().endswith(".png") and args.model != "digits":
-        raise ValueError(f"--out {args.out}: a .png grid needs --model digits; write .npz or .npy")
+        raise ValueError(f"--out {args.out}: a .png grid needs --model digits or --diffusers; write .npz or .npy")
     _warn_no_speculation([args.churn])
     target = _target(args)
     samples, stats = _run(args, target, args.method, args.num_samples)
@@ -179,6 +200,66 @@ def _sample(args) -> int:
         payload["out"] = _save_samples(samples, args.out, args.model, title)
     _print(args, payload)
     return 0
+
+
+def _sample_diffusers(args) -> int:
+    """`sample --diffusers PATH`: a user's saved pipeline, sampled with a progress bar (the slowest row's
+    step), its samples decoded (latent pipelines) and written as an image grid."""
+    import dataclasses
+
+    from tqdm import tqdm
+
+    _warn_no_speculation([args.churn])
+    target = _target(args)
+    out = args.out or DIFFUSERS_GRID
+    with tqdm(total=target.schedule.num_steps, desc=f"{args.method}, slowest row's step", unit="step",
+              disable=None, file=sys.stderr) as bar:
+        watched = dataclasses.replace(target, denoiser=StepProgress(target.denoiser, bar))
+        samples, stats = _run(args, watched, args.method, args.num_samples, dtype=target.denoiser.unet.dtype)
+        bar.update(bar.total - bar.n)
+    payload = {"diffusers": args.diffusers, "method": args.method, **stats.summary()}
+    if out.lower().endswith(".png"):
+        payload["out"] = save_image_grid(target.decode(samples), out)
+    else:
+        payload["out"] = _save_samples(samples, out, "diffusers")
+    _print(args, payload)
+    return 0
+
+
+class StepProgress:
+    """A denoiser that moves a progress bar to the least step it is called at: the slowest unfinished row."""
+
+    def __init__(self, denoiser, bar):
+        self.denoiser, self.bar = denoiser, bar
+
+    def __call__(self, states, steps, schedule):  # states [n, d], steps [n] long
+        slowest = int(steps.min())
+        if slowest > self.bar.n:
+            self.bar.update(slowest - self.bar.n)
+        return self.denoiser(states, steps, schedule)
+
+
+def save_image_grid(images, path: str, columns: int = 8, padding: int = 2) -> str:
+    """images [n, C, H, W] in [-1, 1] (C = 1 or 3; else the first channel) as one PNG, a pixel per pixel."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import torch
+
+    images = (images.detach().float().cpu() / 2 + 0.5).clamp(0, 1)
+    if images.shape[1] not in (1, 3):
+        images = images[:, :1]
+    n, channels, height, width = images.shape
+    cols = min(columns, n)
+    rows = -(-n // cols)
+    grid = torch.ones(channels, rows * (height + padding) + padding, cols * (width + padding) + padding)
+    for i, image in enumerate(images):
+        top, left = padding + (i // cols) * (height + padding), padding + (i % cols) * (width + padding)
+        grid[:, top:top + height, left:left + width] = image
+    array = grid.permute(1, 2, 0).numpy()
+    plt.imsave(path, array[..., 0] if channels == 1 else array, cmap="gray" if channels == 1 else None, vmin=0, vmax=1)
+    return path
 
 
 def _save_samples(samples, path, model, title: str | None = None) -> str:

@@ -138,17 +138,27 @@ def uniform_loss(model, problems, tokenizer, generator, block_tokens: int, self_
             conditioning = forward(None)
     loss = F.cross_entropy(forward(conditioning).flatten(0, 1).float(), x0.flatten())
     if ar_weight > 0:  # the encoder as a causal LM over the whole problem (weights shared with the decoder)
-        length = int(lengths.max())
-        ids = torch.tensor([r + [tokenizer.pad_token_id] * (length - len(r)) for r in rows])
-        key_mask = torch.arange(length)[None, :] < lengths[:, None]
-        hidden = model.model.encoder(input_ids=ids, attention_mask=_causal_masks(key_mask, types),
-                                     cache=DynamicCache()).last_hidden_state
-        cap = model.final_logit_softcapping
-        logits = torch.tanh(model.lm_head(hidden).float() / cap) * cap
-        labels = torch.where(key_mask & (torch.arange(length)[None, :] >= starts[:, None]), ids, -100)
-        loss = loss + ar_weight * F.cross_entropy(logits[:, :-1].flatten(0, 1), labels[:, 1:].flatten(),
-                                                  ignore_index=-100)
+        loss = loss + ar_weight * encoder_ar_loss(model, problems, tokenizer)
     return loss
+
+
+def encoder_ar_loss(model, problems, tokenizer) -> torch.Tensor:
+    """Next-token cross-entropy on the answer (and eos) of DiffusionGemma's causal encoder, read out by the
+    shared LM head with its final logit soft-capping: the dense causal signal the uniform drafter learns from."""
+    from transformers import DynamicCache
+
+    rows, starts = _rows(problems, tokenizer)
+    lengths = torch.tensor([len(r) for r in rows])
+    length = int(lengths.max())
+    ids = torch.tensor([r + [tokenizer.pad_token_id] * (length - len(r)) for r in rows])  # [b, L]
+    key_mask = torch.arange(length)[None, :] < lengths[:, None]
+    types = set(model.config.get_text_config().layer_types)
+    hidden = model.model.encoder(input_ids=ids, attention_mask=_causal_masks(key_mask, types),
+                                 cache=DynamicCache()).last_hidden_state
+    cap = model.final_logit_softcapping
+    logits = torch.tanh(model.lm_head(hidden).float() / cap) * cap if cap else model.lm_head(hidden).float()
+    labels = torch.where(key_mask & (torch.arange(length)[None, :] >= starts[:, None]), ids, -100)
+    return F.cross_entropy(logits[:, :-1].flatten(0, 1), labels[:, 1:].flatten(), ignore_index=-100)
 
 
 def dflash_loss(model, target, problems, tokenizer, generator, block_tokens: int, anchors: int = 4) -> torch.Tensor:
