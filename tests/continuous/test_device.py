@@ -222,10 +222,11 @@ def test_a_model_on_another_device_is_refused_not_copied():
 
 def test_a_generator_on_another_device_is_refused():
     states = torch.zeros(4, 2, device="meta")
+    target = Target(rectified_flow_schedule(10, 0.5), gaussian_mixture_2d().to("meta"), 2)  # model and states agree
     with pytest.raises(ValueError, match="the generator is on cpu but the states are on meta"):
-        SpeculativeSampler(_target()).sample(states, torch.Generator().manual_seed(0))
+        SpeculativeSampler(target).sample(states, torch.Generator().manual_seed(0))
     with pytest.raises(ValueError, match="the generator is on cpu but the states are on meta"):
-        ddpm_sample(_target(), states, torch.Generator().manual_seed(0))
+        ddpm_sample(target, states, torch.Generator().manual_seed(0))
 
 
 def test_dtype_mismatches_are_named():
