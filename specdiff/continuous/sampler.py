@@ -10,9 +10,9 @@ bookkeeping. SpeculativeSampler reads the device ONCE per round, at the top of i
 round), and whether the previous round's model outputs and next state were finite. Rows are then
 compacted on the device (a stable sort of a mask, sliced at the count just read), so nothing else
 comes back: a sampling call makes rounds + 1 host reads (SampleStats.extra["host_reads"]), and one
-copy of the per-row counters at the end. On a CPU
-state of <= 8 rows the verification itself runs on the host (gaussian_host.py), where reading a tensor
-is not a device sync. Models, generator and states must share one device: nothing is copied across.
+copy of the per-row counters at the end. On a CPU state of <= 8 rows the verification itself runs on
+the host (gaussian_host.py), where reading a tensor is not a device sync. Models, generator and
+states must share one device: nothing is copied across (a ValueError says which is where).
 """
 from __future__ import annotations
 
@@ -313,7 +313,7 @@ class SpeculativeSampler:
 
     def _tables(self, dtype: torch.dtype, device: torch.device) -> "RoundTables":
         """The schedule and per-step tables on (dtype, device), built at the first sampling call there and
-        kept (the copies to a GPU are host syncs; later calls make none before their first round)."""
+        kept while the target's schedule is the same object."""
         source, tables = self._round_tables.get((dtype, device), (None, None))
         if source is not self.target.schedule:
             tables = RoundTables.build(self.target.schedule, self.lengths, self.draft_length, dtype, device)
