@@ -7,16 +7,20 @@
   (y_hat_{k+tau}); no extra call except at the very first round.
 - ModelDrafter: a separate (small) denoiser, called sequentially gamma times.
 
-Any drafter is exact under verification as long as each z_i is fresh N(0, Id) and m^p_i depends only
-on the past, which holds for all three.
+Each is a ContinuousDrafter (the contract, below): it says what it needs from the target (a root
+call at the current state, the verification call's output) and drafts; the sampler never asks which
+kind it is. A user's drafter implements the same four methods. Any drafter is exact under
+verification as long as each z_i is fresh N(0, Id) and m^p_i depends only on the past.
 """
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 
 import torch
 
-from specdiff.continuous.schedules import Schedule, transition_mean
+from specdiff.continuous.gaussian import precise_dtype
+from specdiff.continuous.schedules import Schedule, gather_coefficient, score_from_denoised, transition_mean
 
 
 @dataclass
@@ -33,11 +37,11 @@ class FrozenDraftCoefficients:
 
 
 def frozen_draft_coefficients(schedule: Schedule, draft_length: int, dtype: torch.dtype) -> FrozenDraftCoefficients:
-    """Tables of FrozenDraftCoefficients for every start step k = 0..K-1, computed in the schedule's
-    precision (float64) and stored in dtype."""
-    K = schedule.num_steps
-    step = (torch.arange(K).unsqueeze(-1) + torch.arange(draft_length)).clamp(max=K - 1)  # [K, g]
-    state_coef = schedule.state_coef[step].double()
+    """Tables of FrozenDraftCoefficients for every start step k = 0..K-1, on the schedule's device,
+    computed in float64 (float32 on MPS) and stored in dtype."""
+    K, device = schedule.num_steps, schedule.step_std.device
+    step = (torch.arange(K, device=device).unsqueeze(-1) + torch.arange(draft_length, device=device)).clamp(max=K - 1)
+    state_coef = schedule.state_coef[step].to(precise_dtype(device))
     log_products = torch.log(state_coef).cumsum(-1)  # [K, g] log P_i (A_i > 0)
     transfer = torch.exp(log_products.unsqueeze(-1) - log_products.unsqueeze(-2)).tril()  # [K, g, g]
     return FrozenDraftCoefficients(
@@ -82,74 +86,192 @@ def draft_with_model(
     steps: torch.Tensor,  # [b] long
     draft_noise: torch.Tensor,  # [b, g, d]
 ) -> tuple[torch.Tensor, torch.Tensor]:  # draft_means [b, g, d], draft_states [b, g, d]
-    """gamma sequential steps of a separate drafter model on the target's schedule."""
+    """gamma sequential steps of a separate drafter model on the target's schedule (on the states' device)."""
     last_step = schedule.num_steps - 1
     draft_means, draft_states = [], []
     current = states
     for i in range(draft_noise.shape[1]):
         step = (steps + i).clamp(max=last_step)
         mean = transition_mean(schedule, current, step, denoiser(current, step, schedule))
-        current = mean + schedule.step_std[step].to(mean.dtype).unsqueeze(-1) * draft_noise[:, i]
+        current = mean + gather_coefficient(schedule.step_std, step, mean.dtype) * draft_noise[:, i]
         draft_means.append(mean)
         draft_states.append(current)
     return torch.stack(draft_means, 1), torch.stack(draft_states, 1)
 
 
-class _FrozenScoreDrafter:
-    """Drafts with Eq. 10; keeps the coefficient tables of the last schedule it drafted on (a sampling
-    call drafts every round on one schedule)."""
+# ----------------------------------------------------------------------------- the contract
+
+
+@dataclass
+class Draft:
+    """What a drafter returns for one round."""
+
+    means: torch.Tensor  # [b, g, d] m^p_i, computed from y_{i-1} (y_0 the current state)
+    states: torch.Tensor  # [b, g, d] y_i = m^p_i + sigma_i z_i, with the sampler's z_i
+    model_calls: int = 0  # sequential drafter-model calls this round (for SampleStats.drafter_calls)
+
+
+class ContinuousDrafter:
+    """The contract between SpeculativeSampler and a drafter: subclass it (the defaults ask nothing
+    of the target) or implement the same four methods. Per sampling call the sampler calls
+    start(initial) once; per round, on the rows still sampling:
+
+    1. root_rows(drafting [n] bool) -> [n] bool: the rows that need the target's x0_hat at their
+       current state before drafting; the sampler makes that call (one batched target call) and
+       passes the result to draft. Computed on all n rows, on the device, without reading it back.
+    2. draft(schedule, states [b, d], steps [b], draft_noise [b, g, d], root_denoised [b, d] or None,
+       rows [b] long or None) -> Draft. rows index the n rows of the sampling call (None: all of
+       them, in order); root_denoised holds x0_hat where root_rows asked, zeros elsewhere (None when
+       no row asked). The means must follow the schedule's steps k..k+g-1 (clamped at K-1) and
+       states = means + sigma_i z_i, on the states' device and dtype.
+    3. observe(schedule, rows, states [b, g+1, d], steps [b, g+1], denoised [b, g+1, d],
+       num_accepted [b]): the verification call's inputs and outputs (denoised is zero where a state
+       was not evaluated); each row's new state is the child of states[:, tau].
+
+    Nothing here may read a device tensor back to the host (the sampler's one host read per round).
+    """
+
+    name = "custom"
+
+    def start(self, initial: torch.Tensor) -> None:  # [n, d] y_0
+        """A sampling call starts on these rows: reset any per-row memory."""
+
+    def root_rows(self, drafting: torch.Tensor) -> torch.Tensor:  # [n] bool -> [n] bool
+        return torch.zeros_like(drafting)
+
+    def draft(self, schedule: Schedule, states, steps, draft_noise, root_denoised, rows) -> Draft:
+        raise NotImplementedError
+
+    def observe(self, schedule: Schedule, rows, states, steps, denoised, num_accepted) -> None:
+        """The verification call's output; the default keeps nothing."""
+
+
+CONTRACT = {  # method -> the arguments the sampler passes
+    "draft": ("schedule", "states", "steps", "draft_noise", "root_denoised", "rows"),
+    "start": ("initial",),
+    "root_rows": ("drafting",),
+    "observe": ("schedule", "rows", "states", "steps", "denoised", "num_accepted"),
+}
+
+
+def check_drafter(drafter) -> None:
+    """A ValueError naming what a drafter lacks of ContinuousDrafter's contract."""
+    kind = type(drafter).__name__
+    for method, arguments in CONTRACT.items():
+        function = getattr(drafter, method, None)
+        if not callable(function):
+            raise ValueError(f"drafter {kind} does not follow the ContinuousDrafter contract: it has no method "
+                             f"{method}({', '.join(arguments)}) (subclass specdiff.continuous.drafters.ContinuousDrafter)")
+        try:
+            inspect.signature(function).bind(*arguments)
+        except TypeError:
+            raise ValueError(f"drafter {kind} does not follow the ContinuousDrafter contract: {method} must accept "
+                             f"({', '.join(arguments)}), got {method}{inspect.signature(function)}") from None
+        except ValueError:  # a builtin without a signature: trust it
+            pass
+    if isinstance(drafter, ContinuousDrafter) and type(drafter).draft is ContinuousDrafter.draft:
+        raise ValueError(f"drafter {kind} does not follow the ContinuousDrafter contract: it does not implement draft")
+
+
+def take_rows(tensor: torch.Tensor, rows: torch.Tensor | None) -> torch.Tensor:
+    """tensor[rows], the rows of a round among a sampling call's n rows (rows None: all of them)."""
+    return tensor if rows is None else tensor[rows]
+
+
+# ----------------------------------------------------------------------------- the three drafters
+
+
+class _FrozenScoreDrafter(ContinuousDrafter):
+    """Drafts with Eq. 10 from a frozen score; keeps the coefficient tables of the last schedule it drafted
+    on (a sampling call drafts every round on one schedule)."""
 
     def __init__(self):
         self._schedule, self._coefficients = None, None
 
-    def draft(self, schedule, states, steps, frozen_score, draft_noise):
+    def draft_from_score(self, schedule, states, steps, frozen_score, draft_noise) -> Draft:
         key = (draft_noise.shape[1], states.dtype)
         if self._schedule is not schedule or self._coefficients[0] != key:
             self._schedule = schedule
             self._coefficients = key, frozen_draft_coefficients(schedule, *key)
-        return draft_with_frozen_score(schedule, states, steps, frozen_score, draft_noise, self._coefficients[1])
+        means, drafted = draft_with_frozen_score(schedule, states, steps, frozen_score, draft_noise,
+                                                 self._coefficients[1])
+        return Draft(means, drafted)
 
 
 class FrozenDrafter(_FrozenScoreDrafter):
-    """Eq. 10. needs_root_call: the sampler evaluates the target at y_k before drafting."""
+    """Eq. 10 with the score frozen at the current state y_k: a root target call on every drafting row."""
 
     name = "frozen"
-    needs_root_call = True
-    reuses_verification = False
+
+    def root_rows(self, drafting):
+        return drafting
+
+    def draft(self, schedule, states, steps, draft_noise, root_denoised, rows):
+        score = torch.zeros_like(states) if root_denoised is None else score_from_denoised(
+            schedule, states, steps, root_denoised)  # (no root call when no row drafts: the score is unused)
+        return self.draft_from_score(schedule, states, steps, score, draft_noise)
 
 
 class FreeDrafter(_FrozenScoreDrafter):
-    """Sec. 3.3: the frozen score is the previous verification's output at the parent state."""
+    """Sec. 3.3: the frozen score is the previous verification call's output at the parent y_hat_tau of
+    the current state; a root call only where none exists yet (the first round)."""
 
     name = "free"
-    needs_root_call = False  # except on the first round, when no verification output exists
-    reuses_verification = True
+
+    def start(self, initial):
+        self._score = torch.zeros_like(initial)  # [n, d] the target's score at each row's parent
+        self._missing = torch.ones(initial.shape[0], dtype=torch.bool, device=initial.device)  # [n] no score yet
+        self._none_missing = False  # known on the host once a round has covered every row
+
+    def root_rows(self, drafting):
+        return drafting & self._missing
+
+    def draft(self, schedule, states, steps, draft_noise, root_denoised, rows):
+        score = take_rows(self._score, rows)
+        if root_denoised is not None:
+            root_score = score_from_denoised(schedule, states, steps, root_denoised)
+            score = torch.where(take_rows(self._missing, rows).unsqueeze(-1), root_score, score)
+        return self.draft_from_score(schedule, states, steps, score, draft_noise)
+
+    def observe(self, schedule, rows, states, steps, denoised, num_accepted):
+        index = torch.arange(states.shape[0], device=states.device)
+        parent = score_from_denoised(schedule, states[index, num_accepted], steps[index, num_accepted],
+                                     denoised[index, num_accepted])
+        if rows is None:
+            self._score = parent
+            if not self._none_missing:
+                self._missing.fill_(False)
+                self._none_missing = True
+        else:
+            self._score[rows] = parent
+            self._missing[rows] = False
 
 
-class ModelDrafter:
-    """A separate denoiser (e.g. a smaller network, or a perturbed analytic model)."""
+class ModelDrafter(ContinuousDrafter):
+    """A separate denoiser (e.g. a smaller network, or a perturbed analytic model), called gamma times."""
 
     name = "model"
-    needs_root_call = False
-    reuses_verification = False
 
     def __init__(self, denoiser):
         self.denoiser = denoiser
 
-    def draft(self, schedule, states, steps, unused_score, draft_noise):
-        return draft_with_model(schedule, self.denoiser, states, steps, draft_noise)
+    def draft(self, schedule, states, steps, draft_noise, root_denoised, rows):
+        means, drafted = draft_with_model(schedule, self.denoiser, states, steps, draft_noise)
+        return Draft(means, drafted, model_calls=draft_noise.shape[1])
 
 
-def make_drafter(drafter) -> object:
-    """'free' | 'frozen' | a drafter object | a denoiser callable (wrapped in ModelDrafter)."""
-    if drafter == "free":
-        return FreeDrafter()
-    if drafter == "frozen":
-        return FrozenDrafter()
+def make_drafter(drafter) -> ContinuousDrafter:
+    """'free' | 'frozen' | an object following the ContinuousDrafter contract | a denoiser callable
+    (wrapped in ModelDrafter). A ValueError for anything else, naming what is missing."""
     if isinstance(drafter, str):
-        raise ValueError(f"unknown drafter {drafter!r}; use 'free', 'frozen' or a denoiser")
-    if hasattr(drafter, "draft"):
+        if drafter == "free":
+            return FreeDrafter()
+        if drafter == "frozen":
+            return FrozenDrafter()
+        raise ValueError(f"unknown drafter {drafter!r}; use 'free', 'frozen', a ContinuousDrafter or a denoiser")
+    if isinstance(drafter, ContinuousDrafter) or hasattr(drafter, "draft"):
+        check_drafter(drafter)
         return drafter
     if callable(drafter):
         return ModelDrafter(drafter)
-    raise ValueError(f"unknown drafter {drafter!r}")
+    raise ValueError(f"unknown drafter {drafter!r}; use 'free', 'frozen', a ContinuousDrafter or a denoiser")

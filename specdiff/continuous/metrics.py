@@ -1,7 +1,7 @@
 """Quality and speed metrics for continuous speculative sampling.
 
 - Frechet distance (Heusel et al. 2017) between Gaussian fits of classifier features; the
-  classifier is the project's small digits CNN (train.py), since Inception cannot be downloaded.
+  classifier is the project's small digits CNN (digits.py), since Inception cannot be downloaded.
 - Two-sample tests on random projections (used by the exactness tests).
 """
 from __future__ import annotations
@@ -29,7 +29,7 @@ def frechet_distance(features_a: np.ndarray, features_b: np.ndarray) -> float:
 def load_classifier(path: Path | str = WEIGHTS_DIR / "digits_classifier.safetensors"):
     from safetensors.torch import load_file
 
-    from specdiff.continuous.train import DigitsClassifier
+    from specdiff.continuous.digits import DigitsClassifier
 
     model = DigitsClassifier()
     model.load_state_dict(load_file(str(path)))
@@ -45,7 +45,7 @@ def digit_features(images: torch.Tensor, classifier=None) -> np.ndarray:
 
 def digits_frechet_distance(samples: torch.Tensor, classifier=None) -> float:
     """Frechet distance between generated digits [n, 64] and all 1797 scikit-learn digits."""
-    from specdiff.continuous.train import load_digits
+    from specdiff.continuous.digits import load_digits
 
     classifier = classifier or load_classifier()
     real, _ = load_digits("all")

@@ -53,13 +53,16 @@ class Schedule:
     COEFFICIENTS = ("signal", "noise", "step_std", "noise_coef", "state_coef", "score_coef", "mean_state_coef",
                     "mean_denoised_coef")
 
-    def to(self, dtype: torch.dtype) -> "Schedule":
+    def to(self, dtype: torch.dtype, device: torch.device | str | None = None) -> "Schedule":
         """A copy whose levels and coefficients, computed in the schedule's own (float64) precision, are
-        stored in `dtype`, so that a sampling loop gathers them without casts. model_time is left for
-        the denoiser. (Recomputing them in float32 would lose the small posterior variances at large K.)"""
+        stored in `dtype` (and moved to `device`, model_time too, in its own dtype), so that a sampling
+        loop gathers them on the state's device without casts. model_time is left in its dtype for the
+        denoiser. (Recomputing them in float32 would lose the small posterior variances at large K.)"""
         cast = copy.copy(self)
-        for name in self.COEFFICIENTS:
-            setattr(cast, name, getattr(self, name).to(dtype))
+        for name in self.COEFFICIENTS:  # host to device: non_blocking (safe from pageable memory, and no sync)
+            setattr(cast, name, getattr(self, name).to(device=device, dtype=dtype, non_blocking=True))
+        if device is not None:
+            cast.model_time = self.model_time.to(device, non_blocking=True)
         return cast
 
 
@@ -79,6 +82,12 @@ def variance_preserving_schedule(alphas_cumprod: torch.Tensor, timesteps: torch.
     return Schedule(signal=abar.sqrt(), noise=(1 - abar).sqrt(), model_time=model_time, churn=churn)
 
 
+def gather_coefficient(coefficient: torch.Tensor, steps: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """coefficient[steps] as a column [n, 1] in dtype (no cast when a sampler's schedule is already in it)."""
+    values = coefficient[steps]
+    return (values if values.dtype == dtype else values.to(dtype)).unsqueeze(-1)
+
+
 def transition_mean(
     schedule: Schedule,
     states: torch.Tensor,  # [n, d] y at level k
@@ -87,21 +96,20 @@ def transition_mean(
 ) -> torch.Tensor:  # [n, d] m_k(y)
     """m_k(y) = a_{k+1} x0_hat + sqrt(s_{k+1}^2 - sigma_k^2) (y - a_k x0_hat) / s_k,
     gathered as two per-step coefficients: (noise_coef / s_k) y + (a_{k+1} - noise_coef a_k / s_k) x0_hat."""
-    dtype = states.dtype
-    state_coef = schedule.mean_state_coef[steps].to(dtype).unsqueeze(-1)
-    denoised_coef = schedule.mean_denoised_coef[steps].to(dtype).unsqueeze(-1)
+    state_coef = gather_coefficient(schedule.mean_state_coef, steps, states.dtype)
+    denoised_coef = gather_coefficient(schedule.mean_denoised_coef, steps, states.dtype)
     return state_coef * states + denoised_coef * denoised
 
 
 def score_from_denoised(schedule: Schedule, states, steps, denoised):
     """Tweedie: grad log p_t(y) = (a_t x0_hat - y) / s_t^2.  states, denoised: [n, d]; steps: [n]."""
-    a_t = schedule.signal[steps].to(states.dtype).unsqueeze(-1)
-    s_t = schedule.noise[steps].to(states.dtype).unsqueeze(-1)
+    a_t = gather_coefficient(schedule.signal, steps, states.dtype)
+    s_t = gather_coefficient(schedule.noise, steps, states.dtype)
     return (a_t * denoised - states) / s_t**2
 
 
 def denoised_from_score(schedule: Schedule, states, steps, score):
     """The inverse of score_from_denoised: x0_hat = (y + s_t^2 score) / a_t."""
-    a_t = schedule.signal[steps].to(states.dtype).unsqueeze(-1)
-    s_t = schedule.noise[steps].to(states.dtype).unsqueeze(-1)
+    a_t = gather_coefficient(schedule.signal, steps, states.dtype)
+    s_t = gather_coefficient(schedule.noise, steps, states.dtype)
     return (states + s_t**2 * score) / a_t

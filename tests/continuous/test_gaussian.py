@@ -15,15 +15,13 @@ from specdiff.continuous import LossyTemperatureWarning, acceptance_probability,
 from specdiff.continuous.gaussian import (
     SCALAR_ROWS,
     GaussianVerifyResult,
-    _block_verification_rows,
-    _block_verification_vector,
-    _verify_round_host,
-    _verify_round_tensor,
-    _solve_psi_scalar,
-    _solve_psi_vector,
+    block_verification,
     decomposition_residual,
     sample_psi,
+    solve_psi,
+    verify_round_on_device,
 )
+from specdiff.continuous.gaussian_host import block_verification_rows, solve_psi_row, verify_round_on_host
 
 P_MIN = 1e-3
 
@@ -49,22 +47,21 @@ def test_psi_sampler_matches_its_cdf(alpha, delta_norm):
 
 @pytest.mark.parametrize("alpha,delta_norm", [(1.0, 0.05), (0.3, 1.0), (1e-6, 0.1)])
 def test_psi_sampler_row_by_row_matches_its_cdf(alpha, delta_norm):
-    """The scalar path (<= SCALAR_ROWS rows per call, the one-sample-at-a-time case): 500 calls of 8 rows."""
-    generator = torch.Generator().manual_seed(2)
-    rows = torch.full((SCALAR_ROWS,), math.log(alpha)), torch.full((SCALAR_ROWS,), delta_norm)
-    u = torch.cat([sample_psi(*rows, generator) for _ in range(500)]).numpy()
+    """The host path's row-by-row solve (<= SCALAR_ROWS CPU rows, the one-sample-at-a-time case), 4,000 rows."""
+    log_uniform = np.log(1 - torch.rand(4000, generator=torch.Generator().manual_seed(2), dtype=torch.float64).numpy())
+    u = np.array([solve_psi_row(math.log(alpha), delta_norm, v) for v in log_uniform.tolist()])
     assert stats.kstest(u, lambda x: psi_cdf(x, alpha, delta_norm)).pvalue > P_MIN
 
 
-def test_scalar_and_vector_psi_solves_find_the_same_root():
+def test_host_and_device_psi_solves_find_the_same_root():
+    """The float64 tensor solve (any device) and the host's row-by-row solve: the same root for the same V."""
     rng = np.random.default_rng(0)
     delta_norm = np.exp(rng.uniform(-6, 3, 400))
     log_alpha = np.where(rng.random(400) < 0.2, 0.0, -np.exp(rng.uniform(-8, 2, 400)))
     log_uniform = np.log(1 - rng.random(400))
-    with np.errstate(all="ignore"):
-        vector = _solve_psi_vector(log_alpha, delta_norm, log_uniform, 60, 1e-11, 64)
-    scalar = [_solve_psi_scalar(a, d, v, 60, 1e-11, 64) for a, d, v in zip(log_alpha, delta_norm, log_uniform)]
-    assert np.allclose(scalar, vector, rtol=1e-9, atol=1e-9)
+    device = solve_psi(*(torch.from_numpy(x) for x in (log_alpha, delta_norm, log_uniform)), 60, 1e-11, 64)
+    host = [solve_psi_row(a, d, v, 60, 1e-11, 64) for a, d, v in zip(log_alpha, delta_norm, log_uniform)]
+    assert np.allclose(host, device.numpy(), rtol=1e-9, atol=1e-9)
 
 
 def _orthonormal_frame(e: torch.Tensor, count: int, seed: int) -> torch.Tensor:  # [d] -> [count, d]
@@ -206,8 +203,8 @@ def test_host_round_equals_the_tensor_round(method, residual):
         sigma = 0.3 + torch.rand(SCALAR_ROWS, g + 1, generator=cases, dtype=torch.float64)
         drafted = torch.randint(0, g + 1, (SCALAR_ROWS,), generator=cases)
         args = (z, draft_means, target_means, sigma, drafted, method, residual, 1.0)
-        host = _verify_round_host(*args, torch.Generator().manual_seed(round_index))
-        tensor = _verify_round_tensor(*args, torch.Generator().manual_seed(round_index))
+        host = verify_round_on_host(*args, torch.Generator().manual_seed(round_index))
+        tensor = verify_round_on_device(*args, torch.Generator().manual_seed(round_index))
         assert torch.equal(host.num_accepted, tensor.num_accepted)
         assert torch.equal(host.rejected, tensor.rejected)
         assert torch.allclose(host.next_state, tensor.next_state, rtol=1e-9, atol=1e-9)
@@ -226,17 +223,17 @@ def test_round_verified_a_few_rows_at_a_time_gives_the_exact_marginal(method, re
 
 
 def test_block_verification_row_by_row_matches_the_vectorised_rule():
-    """Same inputs and uniforms: the Python-float scan (<= SCALAR_ROWS rows) and the numpy rule (more
-    rows) return the same tau and alpha_tau, over ratios from -50 to 3, coinciding means and every L."""
+    """Same inputs and uniforms: the host's Python-float scan (<= SCALAR_ROWS rows) and the tensor rule
+    (any device) return the same tau and alpha_tau, over ratios from -50 to 3, coinciding means and every L."""
     rng = np.random.default_rng(3)
     b, g = 4000, 7
     log_ratio = np.where(rng.random((b, g)) < 0.1, 0.0, rng.normal(-1.0, 2.0, (b, g)).clip(-50, 3))
     delta_norm = np.where(log_ratio == 0.0, 0.0, np.exp(rng.uniform(-5, 2.5, (b, g))))
     drafted = rng.integers(0, g + 1, b)
     log_eta = np.log(1 - rng.random((b, g + 1)))
-    with np.errstate(all="ignore"):
-        tau_vector, log_alpha_vector = _block_verification_vector(log_ratio, delta_norm, drafted, log_eta)
-    tau_rows, log_alpha_rows = _block_verification_rows(log_ratio, delta_norm, drafted, log_eta)
+    tau_vector, log_alpha_vector = (t.numpy() for t in block_verification(
+        *(torch.from_numpy(x) for x in (log_ratio, delta_norm, drafted, log_eta))))
+    tau_rows, log_alpha_rows = block_verification_rows(log_ratio, delta_norm, drafted, log_eta)
     assert np.array_equal(tau_rows, tau_vector)
     assert np.allclose(log_alpha_rows, log_alpha_vector, rtol=1e-12, atol=1e-12)
     assert len(set(tau_rows.tolist())) == g + 1  # every tau occurs: the cases are not all alike
@@ -358,8 +355,8 @@ def test_extreme_float32_inputs_give_finite_states(b, method, residual, scale, s
     assert bool(torch.isfinite(result.next_state).all())
     z, draft_means, target_means, sigma = args
     round_args = (z, draft_means, target_means, sigma.expand(b, -1), torch.full((b,), 3), method, residual, 1.0)
-    host = _verify_round_host(*round_args, torch.Generator().manual_seed(1))
-    tensor = _verify_round_tensor(*round_args, torch.Generator().manual_seed(1))
+    host = verify_round_on_host(*round_args, torch.Generator().manual_seed(1))
+    tensor = verify_round_on_device(*round_args, torch.Generator().manual_seed(1))
     assert torch.equal(host.num_accepted, tensor.num_accepted)
     assert torch.allclose(host.next_state, tensor.next_state, rtol=1e-5)
 

@@ -131,3 +131,41 @@ def test_sampler_names_a_model_output_with_nan():
         SpeculativeSampler(_target(mixture, steps=12), broken, 3).sample(noise, torch.Generator().manual_seed(1))
     with pytest.raises(ValueError, match="initial state"):
         SpeculativeSampler(_target(mixture)).sample(torch.full((2, 2), float("nan")))
+
+
+class DampedScoreDrafter:
+    """A user's drafter written against the ContinuousDrafter contract without subclassing it: Eq. 10 with
+    the score at the current state damped by 0.7 (a wrong drafter, so verification has work to do), root
+    calls on every drafting row, and a record of what the verification call passed back."""
+
+    def __init__(self):
+        self.observed_rounds = 0
+
+    def start(self, initial):
+        self.observed_rounds = 0
+
+    def root_rows(self, drafting):
+        return drafting
+
+    def draft(self, schedule, states, steps, draft_noise, root_denoised, rows):
+        from specdiff.continuous.drafters import Draft, draft_with_frozen_score
+        from specdiff.continuous.schedules import score_from_denoised
+
+        score = torch.zeros_like(states) if root_denoised is None else score_from_denoised(schedule, states, steps, root_denoised)
+        means, drafted = draft_with_frozen_score(schedule, states, steps, 0.7 * score, draft_noise)
+        return Draft(means, drafted)
+
+    def observe(self, schedule, rows, states, steps, denoised, num_accepted):
+        assert states.shape[:2] == denoised.shape[:2] == steps.shape and num_accepted.shape == states.shape[:1]
+        self.observed_rounds += 1
+
+
+@pytest.mark.parametrize("method,residual", [("sample", "reflection"), ("block", "decomposition")])
+def test_a_users_drafter_following_the_contract_is_exact(method, residual):
+    target = _target(gaussian_mixture_2d())
+    drafter = DampedScoreDrafter()
+    samples, stats = _speculative(target, method=method, residual=residual, drafter=drafter, draft_length=4)
+    assert min(projection_two_sample_pvalues(samples, _ddpm_reference("2d", target))) > P_MIN
+    assert 1.5 < stats.block_efficiency <= 5
+    assert drafter.observed_rounds == int(stats.rounds.max())
+    assert bool((stats.target_calls >= 2 * stats.rounds - 1).all())  # its root calls are made and counted
