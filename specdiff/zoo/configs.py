@@ -87,7 +87,8 @@ TRAINING = {
     # standalone; docs/drafters.md.)
     "uniform-drafter": dict(objective="uniform", steps=6000, batch_size=32, lr=2e-3, warmup=100, weight_decay=0.1,
                             seed=5, init_from=None, block_tokens=BLOCK_TOKENS, self_conditioning_prob=0.5,
-                            ar_weight=1.0, stages=[dict(until=1500, uniform_weight=0.0), dict(until=6000)]),
+                            ar_weight=1.0, noised_weight="inverse_t",
+                            stages=[dict(until=1500, uniform_weight=0.0), dict(until=6000)]),
     # DFlash: the shipped verifier frozen (its embeddings, LM head and hidden states); 4 anchors per
     # problem, each predicting the BLOCK_TOKENS tokens after it in one step.
     "dflash-drafter": dict(objective="dflash", steps=3000, batch_size=32, lr=1e-3, warmup=100, weight_decay=0.1,

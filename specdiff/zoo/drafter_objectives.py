@@ -103,8 +103,11 @@ def _causal_masks(key_mask: torch.Tensor, types) -> dict:
 
 
 def uniform_loss(model, problems, tokenizer, generator, block_tokens: int, self_conditioning_prob: float = 0.5,
-                 ar_weight: float = 1.0) -> torch.Tensor:
-    """DiffusionGemma-style uniform diffusion loss plus the encoder's next-token loss (module docstring)."""
+                 ar_weight: float = 1.0, noised_weight: str = "one") -> torch.Tensor:
+    """DiffusionGemma-style uniform diffusion loss plus the encoder's next-token loss (module docstring).
+    noised_weight: "one", every block position's cross-entropy counts once; "inverse_t", a noised
+    position's counts 1/t (MDLM's weighting: low-noise canvases, the drafter's last steps, weigh most),
+    a clean one's once."""
     from transformers import DynamicCache
 
     from specdiff.lm.masks import position_ids
@@ -120,8 +123,8 @@ def uniform_loss(model, problems, tokenizer, generator, block_tokens: int, self_
                        for r, c in zip(rows, cut.tolist())])  # [b, B]
     vocab = model.config.get_text_config().vocab_size
     t = MASK_EPS + (1 - MASK_EPS) * torch.rand(len(rows), 1, generator=generator)
-    noisy = torch.where(torch.rand(x0.shape, generator=generator) < t,
-                        torch.randint(0, vocab, x0.shape, generator=generator), x0)
+    noised = torch.rand(x0.shape, generator=generator) < t  # [b, B]
+    noisy = torch.where(noised, torch.randint(0, vocab, x0.shape, generator=generator), x0)
     types = set(model.config.get_text_config().layer_types)
     full = torch.cat([prefix_mask, torch.ones_like(x0, dtype=torch.bool)], dim=1)
     positions = position_ids(full)
@@ -136,7 +139,9 @@ def uniform_loss(model, problems, tokenizer, generator, block_tokens: int, self_
     if float(torch.rand(1, generator=generator)) < self_conditioning_prob:
         with torch.no_grad():
             conditioning = forward(None)
-    loss = F.cross_entropy(forward(conditioning).flatten(0, 1).float(), x0.flatten())
+    ce = F.cross_entropy(forward(conditioning).flatten(0, 1).float(), x0.flatten(), reduction="none").view(x0.shape)
+    weight = torch.where(noised, 1 / t, torch.ones_like(t)) if noised_weight == "inverse_t" else torch.ones_like(ce)
+    loss = (ce * weight).mean()
     if ar_weight > 0:  # the encoder as a causal LM over the whole problem (weights shared with the decoder)
         loss = loss + ar_weight * encoder_ar_loss(model, problems, tokenizer)
     return loss

@@ -218,7 +218,8 @@ def drafter_loss(model, target, recipe: dict, problems, tokenizer, generator) ->
         return objectives.encoder_ar_loss(model, problems, tokenizer)
     if objective == "uniform":
         return objectives.uniform_loss(model, problems, tokenizer, generator, block,
-                                       recipe["self_conditioning_prob"], recipe["ar_weight"])
+                                       recipe["self_conditioning_prob"], recipe["ar_weight"],
+                                       recipe.get("noised_weight", "one"))
     loss = objectives.block_loss(model, problems, tokenizer, generator, recipe["block_tokens"])
     if recipe.get("ar_weight", 0.0) > 0:  # the causal next-token loss, same weights (as the masked drafter)
         loss = loss + recipe["ar_weight"] * ar_loss(model, ar_batch(problems, tokenizer), causal=True)
