@@ -106,7 +106,7 @@ SAMPLING = {
     "dflash-drafter": dict(temperature=0.0, top_p=1.0, top_k=0),
 }
 
-PLANNED = ("uniform-drafter",)  # recipes whose weights are not shipped yet
+PLANNED = ()  # recipes whose weights are not shipped yet
 MODEL_NAMES = tuple(name for name in ARCHITECTURES if name not in PLANNED)  # the shipped models
 TRAINABLE = tuple(ARCHITECTURES)  # every recipe: `specdiff zoo train NAME`
 
