@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 results=docs/results
-for name in masked_linear masked_cactus block_linear; do
+for name in masked_linear masked_cactus block_linear dflash_linear; do
   start=$(date +%s)
   specdiff sweep $results/$name.toml --store $results/$name.sqlite --json > $results/$name.sweep.json
   echo "sweep $name: $(( $(date +%s) - start )) s" >&2
@@ -13,7 +13,7 @@ done
 start=$(date +%s)
 specdiff calibrate --store $results/masked_linear.sqlite --costs sweep --json > $results/calibration.json
 echo "calibrate: $(( $(date +%s) - start )) s" >&2
-for name in masked_linear masked_cactus block_linear; do
+for name in masked_linear masked_cactus block_linear dflash_linear; do
   specdiff frontier $results/$name.sqlite --json > $results/$name.frontier.json
   specdiff report $results/$name.sqlite --out $results/$name.report.html
 done
