@@ -35,7 +35,7 @@ import torch
 from specdiff.drafters.base import Draft, Drafter
 from specdiff.lm.cache import keep_columns
 from specdiff.lm.masks import position_ids
-from specdiff.lm.sampling import check_finite, check_sampling, sampling_probs
+from specdiff.lm.sampling import check_finite, check_sampling, sample_rows, sampling_probs
 
 UNIFORM_ORDERS = ("entropy", "random")
 
@@ -98,7 +98,7 @@ class UniformDiffusionDrafter(Drafter):
                                 decoder_position_ids=positions, self_conditioning_logits=conditioning).logits
             check_finite(logits, "drafter")
             probs = sampling_probs(self.trim(logits), temperature, self.top_p, self.top_k)  # [b, B, V]
-            sampled = torch.multinomial(probs.view(-1, probs.shape[-1]), 1, generator=generator).view(batch, -1)
+            sampled = sample_rows(probs, generator)  # [b, B]: every position drawn independently from q_i
             if k == len(temperatures):
                 return Draft(tokens=sampled, probs=probs)
             keep = _kept_positions(self.order, probs, round(block_size * k / self.steps), generator)  # [b, B]
@@ -112,6 +112,9 @@ class UniformDiffusionDrafter(Drafter):
         """Feeds the committed tokens not cached yet to the causal encoder, which appends them to the cache."""
         pending = key_mask.sum(-1) - self.cache_mask.sum(-1)  # [b] >= 1: the newest token is never cached
         width = int(pending.max())
+        if width < 1:
+            raise RuntimeError("UniformDiffusionDrafter.propose needs at least one committed token it has not encoded: "
+                               "call commit() after each propose (the engine does), or start() again")
         columns = torch.arange(width, device=ids.device)[None, :]
         chunk_mask = columns >= (width - pending)[:, None]  # [b, width]
         full_mask = torch.cat([self.cache_mask, chunk_mask], dim=1)  # [b, C + width]
