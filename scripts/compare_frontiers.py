@@ -16,8 +16,6 @@ from pathlib import Path
 
 from specdiff.eval import frontier as fr
 
-AXES = {"latency": ("latency_s", "latency (wall s per problem)"),
-        "throughput": ("throughput", "throughput (generated tokens / wall s)")}
 
 
 def main(argv=None) -> int:
@@ -35,7 +33,7 @@ def main(argv=None) -> int:
         labelled.append((label, summaries))
     union = [s for _, summaries in labelled for s in summaries]
     out = {"stores": args.stores, "only_block_size": args.only_block_size}
-    for axis in AXES:
+    for axis in fr.AXES:
         reference = fr.reference_point(union, axis)
         joint = fr.hypervolume(union, axis, reference)
         mask = fr.pareto_mask(union, axis)
@@ -43,7 +41,7 @@ def main(argv=None) -> int:
                      "hypervolume_per_store": {label: fr.hypervolume(s, axis, reference) for label, s in labelled},
                      "union_frontier_points_per_store": {label: sum(1 for s, on in zip(union, mask) if on and s["store"] == label)
                                                          for label, _ in labelled},
-                     "union_frontier": [{k: p[k] for k in ("name", "accuracy", AXES[axis][0])}
+                     "union_frontier": [{k: p[k] for k in ("name", "accuracy", fr.AXES[axis][0])}
                                         for p in fr.frontier_points(union, axis)]}
     if args.plot:
         _plot(labelled, args.plot)
@@ -61,7 +59,7 @@ def _plot(labelled, path: str) -> None:
 
     figure, axes = plt.subplots(1, 2, figsize=(13, 5))
     markers = ["o", "s", "^", "D"]
-    for axis, (name, (key, label)) in zip(axes, AXES.items()):
+    for axis, (name, (key, _, label)) in zip(axes, fr.AXES.items()):
         for index, ((store, summaries), marker) in enumerate(zip(labelled, markers)):
             colour = f"C{index}"
             mask = fr.pareto_mask(summaries, name)

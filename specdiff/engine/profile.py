@@ -28,6 +28,7 @@ import torch
 from specdiff.acceptance import Linear
 from specdiff.engine.baselines import autoregressive_generate
 from specdiff.engine.generate import _append, eos_token_ids
+from specdiff.theory import total_variation
 from specdiff.verify import verify
 
 
@@ -178,6 +179,6 @@ def _one_round(drafter, verifier, prefix: list[int], block_size: int, proposal: 
         tv, draft_prob = 1.0 - target_prob, torch.ones_like(target_prob)
     else:
         q = draft.probs[0].double()
-        tv, draft_prob = 0.5 * (p - q).abs().sum(dim=-1), q.gather(-1, draft.tokens[0, :, None]).squeeze(-1)
+        tv, draft_prob = total_variation(p, q), q.gather(-1, draft.tokens[0, :, None]).squeeze(-1)
     distances = {"tv_marginal": tv, "target_prob": target_prob, "draft_prob": draft_prob}
     return parts, {name: values.float().cpu() for name, values in distances.items()}

@@ -71,12 +71,19 @@ def _rows(problems, tokenizer) -> tuple[list[list[int]], torch.Tensor]:
     return rows, torch.tensor(starts)
 
 
+def _right_padded(rows: list[list[int]], pad_token_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """ids [b, L] right-padded with pad_token_id, each row's length [b], and the key mask [b, L]."""
+    lengths = torch.tensor([len(r) for r in rows])
+    length = int(lengths.max())
+    ids = torch.tensor([r + [pad_token_id] * (length - len(r)) for r in rows])
+    return ids, lengths, torch.arange(length)[None, :] < lengths[:, None]
+
+
 def block_loss(model, problems, tokenizer, generator, block_tokens: int) -> torch.Tensor:
     """SDAR-style block diffusion loss (module docstring) for a Qwen3 backbone with Dream's shift."""
     rows, starts = _rows(problems, tokenizer)
-    lengths = torch.tensor([len(r) for r in rows])
-    length = int(lengths.max())
-    x0 = torch.tensor([r + [tokenizer.pad_token_id] * (length - len(r)) for r in rows])  # [b, L]
+    x0, lengths, _ = _right_padded(rows, tokenizer.pad_token_id)  # [b, L]
+    length = x0.shape[1]
     cut = _cuts(lengths, starts, generator)[:, None]  # [b, 1]
     column = torch.arange(length)[None, :]
     block = (column >= cut) & (column < cut + block_tokens) & (column < lengths[:, None])  # [b, L]
@@ -153,10 +160,8 @@ def encoder_ar_loss(model, problems, tokenizer) -> torch.Tensor:
     from transformers import DynamicCache
 
     rows, starts = _rows(problems, tokenizer)
-    lengths = torch.tensor([len(r) for r in rows])
-    length = int(lengths.max())
-    ids = torch.tensor([r + [tokenizer.pad_token_id] * (length - len(r)) for r in rows])  # [b, L]
-    key_mask = torch.arange(length)[None, :] < lengths[:, None]
+    ids, lengths, key_mask = _right_padded(rows, tokenizer.pad_token_id)  # [b, L]
+    length = ids.shape[1]
     types = set(model.config.get_text_config().layer_types)
     hidden = model.model.encoder(input_ids=ids, attention_mask=_causal_masks(key_mask, types),
                                  cache=DynamicCache()).last_hidden_state
@@ -169,10 +174,8 @@ def encoder_ar_loss(model, problems, tokenizer) -> torch.Tensor:
 def dflash_loss(model, target, problems, tokenizer, generator, block_tokens: int, anchors: int = 4) -> torch.Tensor:
     """DFlash loss (module docstring): `target` is the frozen verifier (a causal LM)."""
     rows, starts = _rows(problems, tokenizer)
-    lengths = torch.tensor([len(r) for r in rows])
-    length = int(lengths.max())
-    ids = torch.tensor([r + [tokenizer.pad_token_id] * (length - len(r)) for r in rows])  # [b, L]
-    key_mask = torch.arange(length)[None, :] < lengths[:, None]
+    ids, lengths, key_mask = _right_padded(rows, tokenizer.pad_token_id)  # [b, L]
+    length = ids.shape[1]
     with torch.no_grad():
         states = target(input_ids=ids, attention_mask=key_mask.long(), output_hidden_states=True).hidden_states
         context = torch.cat([states[i + 1] for i in model.config.target_layer_ids], dim=-1)  # [b, L, W]

@@ -165,39 +165,42 @@ def drafter_row(name: str, prompts: list[str], targets: list[str], seed: int, ba
     return row
 
 
+def _engine_run(name: str, label: str, effort: dict, prompts: list[str], targets: list[str], seed: int,
+                batch_size: int, proposal: str = "marginal") -> tuple:
+    """Zoo drafter `name` with the verifier, lossless, B = BLOCK_TOKENS: (its RunConfig, run_config's figures)."""
+    from specdiff.engine.runs import ModelCache, RunConfig, run_config
+
+    config = RunConfig(f"{name} {label}", drafter=name, block_size=configs.BLOCK_TOKENS, batch_size=batch_size,
+                       proposal=proposal, **effort)
+    return config, run_config(config, prompts, targets, ModelCache(), configs.CANVAS_TOKENS, seed=seed,
+                              is_correct=tasks.is_correct)
+
+
+def lossless_row(name: str, prompts: list[str], targets: list[str], seed: int, batch_size: int) -> dict:
+    """Zoo drafter `name` with the verifier: lossless, exact, B = 8, at `LOSSLESS_EFFORT[name]`."""
+    effort = LOSSLESS_EFFORT[name]
+    point_mass = name == "block-drafter" and (effort.get("steps", 1) > 1 or "threshold" in effort)
+    config, result = _engine_run(name, "lossless", effort, prompts, targets, seed, batch_size,
+                                 "point_mass" if point_mass else "marginal")
+    return {"effort": effort_label(effort) if effort else "one step", "block": configs.BLOCK_TOKENS,
+            "proposal": config.proposal, "problems": len(prompts), "batch_size": batch_size, "exact": result["exact"],
+            "tokens_per_round": round(result["tokens_per_round"], 3),
+            "acceptance_rate": round(result["acceptance_rate"], 4),
+            "draft_ms_per_round": round(result["draft_ms"], 3), "accuracy": round(result["accuracy"], 4)}
+
+
 def step_cost_row(name: str, prompts: list[str], targets: list[str], seed: int) -> dict:
     """One drafting step against one verifier round, side by side in one run: drafter `name` at one
     denoising step per round (K = 1; DFlash always drafts in one step), B = 8, batch 1, lossless, timed by
     the engine round by round. draft_step_ms: the drafter's time per round (its one step plus encoding the
     tokens committed since the last round); verifier_round_ms: the verifier's forward plus the acceptance
     rule. The issue's bound: draft_step_over_verifier_round <= 0.5."""
-    from specdiff.engine.runs import ModelCache, RunConfig, run_config
-
     effort = {} if name == "dflash-drafter" else dict(steps=1)
-    config = RunConfig(f"{name} step cost", drafter=name, block_size=configs.BLOCK_TOKENS, batch_size=1, **effort)
-    result = run_config(config, prompts, targets, ModelCache(), configs.CANVAS_TOKENS, seed=seed,
-                        is_correct=tasks.is_correct)
+    _, result = _engine_run(name, "step cost", effort, prompts, targets, seed, batch_size=1)
     verifier_round = result["verify_ms"] + result["accept_ms"]
     return {"problems": len(prompts), "rounds": result.get("rounds"), "draft_step_ms": round(result["draft_ms"], 3),
             "verifier_round_ms": round(verifier_round, 3),
             "draft_step_over_verifier_round": round(result["draft_ms"] / verifier_round, 3)}
-
-
-def lossless_row(name: str, prompts: list[str], targets: list[str], seed: int, batch_size: int) -> dict:
-    """Zoo drafter `name` with the verifier: lossless, exact, B = 8, at `LOSSLESS_EFFORT[name]`."""
-    from specdiff.engine.runs import ModelCache, RunConfig, run_config
-
-    effort = LOSSLESS_EFFORT[name]
-    point_mass = name == "block-drafter" and (effort.get("steps", 1) > 1 or "threshold" in effort)
-    config = RunConfig(f"{name} lossless", drafter=name, block_size=configs.BLOCK_TOKENS, batch_size=batch_size,
-                       proposal="point_mass" if point_mass else "marginal", **effort)
-    result = run_config(config, prompts, targets, ModelCache(), configs.CANVAS_TOKENS, seed=seed,
-                        is_correct=tasks.is_correct)
-    return {"effort": effort_label(effort) if effort else "one step", "block": configs.BLOCK_TOKENS,
-            "proposal": config.proposal, "problems": len(prompts), "batch_size": batch_size, "exact": result["exact"],
-            "tokens_per_round": round(result["tokens_per_round"], 3),
-            "acceptance_rate": round(result["acceptance_rate"], 4),
-            "draft_ms_per_round": round(result["draft_ms"], 3), "accuracy": round(result["accuracy"], 4)}
 
 
 def evaluate(names=None, n: int = 500, seed: int = 0, threads: int = 2, batch_size: int = 100,

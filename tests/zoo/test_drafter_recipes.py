@@ -72,6 +72,10 @@ def test_zoo_eval_rows_for_the_new_drafters(new_drafters, capsys):
         lossless = row["lossless"]
         assert lossless["exact"] and lossless["problems"] == 3 and lossless["tokens_per_round"] >= 1, name
         assert row["params"] > 0 and 0 <= lossless["accuracy"] <= 1
+        cost = row["step_cost"]  # one drafting step (K = 1) against the verifier's round, same run
+        assert cost["problems"] == 3 and cost["rounds"] >= 3 and cost["draft_step_ms"] > 0, name
+        ratio = cost["draft_step_ms"] / cost["verifier_round_ms"]
+        assert abs(cost["draft_step_over_verifier_round"] - ratio) < 2e-3, name
     assert rows["block-drafter"]["lossless"]["proposal"] == "point_mass"  # K = 4: its q is not its marginal
     assert main(["zoo", "eval", "-n", "2", "--threads", "1", "--models", "dflash-drafter"]) == 0
     assert "tokens/round (one step, B=8)" in capsys.readouterr().out
