@@ -21,8 +21,8 @@ SUBCOMMAND_MODULES = [
     "specdiff.commands.frontier",
     "specdiff.commands.calibrate",
     "specdiff.commands.report",
-    "specdiff.zoo.cli",
-    "specdiff.continuous.cli",
+    "specdiff.commands.zoo",
+    "specdiff.commands.continuous",
 ]
 
 

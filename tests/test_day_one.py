@@ -71,7 +71,7 @@ def test_continuous_bench_prints_its_rows_without_json(monkeypatch, tmp_path, ca
 
 
 def test_continuous_eval_prints_a_table(monkeypatch, capsys):
-    from specdiff.continuous import cli as continuous_cli
+    from specdiff.commands import continuous as continuous_cli
     from specdiff.continuous import metrics
 
     class Stats:
@@ -97,7 +97,7 @@ def test_digit_grid_has_a_title(monkeypatch, tmp_path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from specdiff.continuous import cli as continuous_cli
+    from specdiff.commands import continuous as continuous_cli
 
     titles = []
     real_savefig = plt.Figure.savefig
@@ -109,7 +109,7 @@ def test_digit_grid_has_a_title(monkeypatch, tmp_path):
 
 
 def test_sample_grid_title_names_method_and_steps(monkeypatch, tmp_path, capsys):
-    from specdiff.continuous import cli as continuous_cli
+    from specdiff.commands import continuous as continuous_cli
 
     seen = {}
     monkeypatch.setattr(continuous_cli, "_target", lambda args: None)
