@@ -39,7 +39,7 @@ DEFAULT_DRAFTERS = {"masked": "masked-drafter", "ar": "ar-drafter"}  # the headl
 def drafter_references(values: list[str] | None) -> dict[str, str]:
     """--drafters -> {kind: zoo name or path}, masked and ar always included; refuses a kind named twice
     and a zoo model that is not trained yet (naming `specdiff zoo train NAME`), before anything runs."""
-    from specdiff.engine.kinds import require_weights, resolve
+    from specdiff.runs.kinds import require_weights, resolve
 
     references, given = dict(DEFAULT_DRAFTERS), set()
     for value in ",".join(values or []).split(","):
@@ -90,12 +90,12 @@ def register(targets) -> None:
 def run(args) -> int:
     import torch
 
-    from specdiff.commands.demo import _quiet_transformers
-    from specdiff.engine.runs import ModelCache
+    from specdiff.runs.model_cache import quiet_transformers
+    from specdiff.runs import ModelCache
     from specdiff.eval import tasks
 
     references = drafter_references(args.drafters)
-    _quiet_transformers()
+    quiet_transformers()
     torch.set_num_threads(args.threads)
     cache = ModelCache()
     say = (lambda *a: None) if args.json else (lambda *a: print(*a, flush=True))
@@ -119,7 +119,7 @@ def run(args) -> int:
 
 def _tune(args, cache, problems, say, references):
     """Best masked (K, B, prefix cache) and best AR-drafter B by tokens/s on validation problems."""
-    from specdiff.engine.runs import RunConfig, run_config
+    from specdiff.runs import RunConfig, run_config
 
     masked = references["masked"]
     run_config(RunConfig("warm-up", drafter=masked, steps=1), [p.prompt for p in problems][:2], None, cache, 16)
@@ -142,8 +142,8 @@ def _tune_kind(kind: str, reference: str, args, cache, problems, say):
     effort grid (block: K or tau, B <= its trained block length; uniform: K; dflash: none) by --blocks,
     every configuration exact (lossless rule; point-mass proposal where the block drafter's q is not its
     marginal: K > 1 or tau)."""
-    from specdiff.engine.kinds import describe
-    from specdiff.engine.runs import RunConfig, run_config
+    from specdiff.runs.kinds import describe
+    from specdiff.runs import RunConfig, run_config
 
     blocks = list(args.blocks)
     efforts = [{}]
@@ -167,7 +167,7 @@ def _tune_kind(kind: str, reference: str, args, cache, problems, say):
 
 
 def _measure(config, args, cache, problems) -> dict:
-    from specdiff.engine.runs import run_config
+    from specdiff.runs import run_config
     from specdiff.eval import tasks
 
     return run_config(config, [p.prompt for p in problems], [p.target for p in problems], cache,
@@ -177,7 +177,7 @@ def _measure(config, args, cache, problems) -> dict:
 def _best_of(configs, args, cache, problems, say):
     """Runs each configuration once on the validation problems, re-measures the four fastest twice more,
     interleaved (single runs are a few percent noisy), and returns (the best by median, the grid rows)."""
-    from specdiff.engine.runs import RunConfig
+    from specdiff.runs import RunConfig
 
     grid = []
     for config in configs:
@@ -201,7 +201,7 @@ def _best_of(configs, args, cache, problems, say):
 def _methods(best: dict, best_ar: int, cache, max_new_tokens: int, references: dict, others: dict) -> dict:
     """name -> function(prompts, targets, seed) -> figures of one run over the problems; `others`: the tuned
     configuration of each further kind, measured as `spec_<kind>`."""
-    from specdiff.engine.runs import RunConfig, run_config
+    from specdiff.runs import RunConfig, run_config
     from specdiff.eval import tasks
 
     configs = {"ar": RunConfig("ar", drafter=None),
@@ -306,7 +306,7 @@ def _report(args, runs, best, best_ar, grid) -> dict:
 def _kinds(runs: dict, result: dict, best: dict, best_ar: int, references: dict, others: dict) -> dict:
     """kind -> {speedup_vs_ar, tokens_per_round, accuracy, exact, tokens_per_s, config}, all from the same
     interleaved measurement (masked: `spec`, ar: `spec_ar`, others: `spec_<kind>`)."""
-    from specdiff.engine.runs import RunConfig
+    from specdiff.runs import RunConfig
 
     ar_baseline = result["tokens_per_s"][result["ar_baseline"]]
     spec_ar = RunConfig("spec_ar", drafter=references["ar"], block_size=best_ar).as_dict()

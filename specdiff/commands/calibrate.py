@@ -97,7 +97,7 @@ def calibrate(store_path, prompts: int = 100, cuts: int = 2, steps: list[int] | 
     import torch
 
     from specdiff.engine.profile import prefill_seconds, profile_rounds, round_start_prefixes, sample_prefixes
-    from specdiff.engine.runs import ModelCache, RunConfig, build_generator
+    from specdiff.runs import ModelCache, RunConfig, build_generator
     from specdiff.eval.frontier import load_sweep
 
     if model not in MODELS:

@@ -207,13 +207,13 @@ def _sample_diffusers(args) -> int:
     step), its samples decoded (latent pipelines) and written as an image grid."""
     import dataclasses
 
-    from tqdm import tqdm
+    from specdiff.progress import progress
 
     _warn_no_speculation([args.churn])
     target = _target(args)
     out = args.out or DIFFUSERS_GRID
-    with tqdm(total=target.schedule.num_steps, desc=f"{args.method}, slowest row's step", unit="step",
-              disable=None, file=sys.stderr) as bar:
+    with progress(total=target.schedule.num_steps, desc=f"{args.method}, slowest row's step", unit="step",
+                  enabled=not args.json) as bar:
         watched = dataclasses.replace(target, denoiser=StepProgress(target.denoiser, bar))
         samples, stats = _run(args, watched, args.method, args.num_samples, dtype=target.denoiser.unet.dtype)
         bar.update(bar.total - bar.n)

@@ -22,7 +22,7 @@ DRAFTER_CHOICES = ("masked", "uniform", "block", "dflash", "ar")  # specdiff.mod
 
 def demo_configs(kinds=("masked",)):
     """The demo's configurations: the baselines, then each kind's rows (`kind_configs`)."""
-    from specdiff.engine.runs import RunConfig
+    from specdiff.runs import RunConfig
 
     rows = [RunConfig("autoregressive (verifier)", drafter=None),
             RunConfig("AR drafter, B=8", drafter="ar-drafter", block_size=8)]
@@ -45,7 +45,7 @@ KIND_ROWS = {
 
 def kind_configs(kind: str):
     """One kind's demo rows: the masked drafter's (K, leniency) points, else `KIND_ROWS[kind]`."""
-    from specdiff.engine.runs import RunConfig
+    from specdiff.runs import RunConfig
     from specdiff.models import DRAFTER_KINDS
 
     if kind == "masked":
@@ -55,7 +55,7 @@ def kind_configs(kind: str):
 
 
 def _label(kind: str, row: dict) -> str:
-    from specdiff.engine.kinds import describe
+    from specdiff.runs.kinds import describe
 
     label = describe(kind, row.get("steps", 1), row.get("threshold"), row["block_size"])
     if row.get("proposal") == "point_mass":
@@ -66,7 +66,7 @@ def _label(kind: str, row: dict) -> str:
 
 
 def _masked_configs():
-    from specdiff.engine.runs import RunConfig
+    from specdiff.runs import RunConfig
 
     masked = dict(drafter="masked-drafter", prefix_cache="persistent")
     return [
@@ -124,14 +124,15 @@ def run(args) -> int:
         return rules_demo.run_demo(args)
     import torch
 
-    from specdiff.engine.runs import ModelCache, run_config
     from specdiff.eval import tasks
+    from specdiff.runs import ModelCache, run_config
+    from specdiff.runs.model_cache import quiet_transformers
 
-    _quiet_transformers()
+    quiet_transformers()
     torch.set_num_threads(args.threads)
     problems = tasks.arith_problems("test", args.problems)
     prompts, targets = [p.prompt for p in problems], [p.target for p in problems]
-    from specdiff.engine.kinds import require_weights
+    from specdiff.runs.kinds import require_weights
     from specdiff.models import DRAFTER_KINDS
 
     kinds = args.drafter or ["masked"]
@@ -141,9 +142,9 @@ def run(args) -> int:
     configs = demo_configs(kinds)
     _warm_up(configs, cache, prompts[0])
     rows = []
-    from tqdm.auto import tqdm
+    from specdiff.progress import progress
 
-    for config in tqdm(configs, desc="configurations", disable=args.json, leave=False):
+    for config in progress(configs, desc="configurations", enabled=not args.json):
         result = run_config(config, prompts, targets, cache, args.max_new_tokens, seed=args.seed,
                             progress=not args.json, is_correct=tasks.is_correct)
         result.pop("records")
@@ -164,7 +165,7 @@ def run(args) -> int:
 
 def _warm_up(configs, cache, prompt) -> None:
     """One short generation per distinct model, so that the first configuration is not timed cold."""
-    from specdiff.engine.runs import run_config
+    from specdiff.runs import run_config
 
     for config in configs:
         run_config(config, [prompt], None, cache, 24)
@@ -225,10 +226,3 @@ def _check_writable(path: str) -> None:
         raise ValueError(f"--plot {path!r} is a directory; give a file name such as {os.path.join(path, 'plot.png')}")
     if not os.path.isdir(directory) or not os.access(directory, os.W_OK):
         raise ValueError(f"--plot: cannot write into {directory!r} (missing or not writable)")
-
-
-def _quiet_transformers() -> None:
-    """No per-model 'Loading weights' bars between the command's own progress bars."""
-    from transformers.utils import logging
-
-    logging.disable_progress_bar()

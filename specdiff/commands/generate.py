@@ -7,6 +7,7 @@ import json
 import os
 
 from specdiff.argtypes import positive_int
+from specdiff.runs.config import check_generation_args, run_config_from_args
 
 
 def add_generation_flags(parser) -> None:
@@ -31,16 +32,6 @@ def add_generation_flags(parser) -> None:
     parser.add_argument("--proposal", choices=["marginal", "point_mass"], default="marginal")
     parser.add_argument("--batch-size", type=positive_int, default=1, help="sequences per batch (default 1)")
     parser.add_argument("--device", default=None, help="torch device for both models, e.g. cuda (default cpu)")
-
-
-def run_config_from_args(args, name: str = "cli"):
-    from specdiff.engine.runs import RunConfig
-
-    prefix_cache = {"off": False}.get(args.prefix_cache, args.prefix_cache)
-    return RunConfig(name, drafter=args.drafter, verifier=args.verifier, steps=args.steps, threshold=args.threshold,
-                     order=args.order, prefix_cache=prefix_cache, rule=args.rule, leniency=args.leniency,
-                     method=args.method, proposal=args.proposal, block_size=args.block_size,
-                     batch_size=args.batch_size)
 
 
 def register(subparsers) -> None:
@@ -80,30 +71,15 @@ def read_prompts(args) -> list[str]:
     return prompts
 
 
-def check_generation_args(args) -> None:
-    """Bad values get an error naming the flag before any model loads. The command line checks counts
-    when parsing (`specdiff.argtypes`); the lm-eval backend builds its arguments without argparse, so
-    they are checked here too."""
-    for flag in ("steps", "block_size", "batch_size", "max_new_tokens"):
-        if getattr(args, flag, 1) < 1:
-            raise ValueError(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")
-    if args.threshold is not None and not 0 < args.threshold <= 1:
-        raise ValueError(f"--threshold must be in (0, 1], got {args.threshold}")
-    if args.rule == "linear" and not 0 <= args.leniency <= 1:
-        raise ValueError(f"--leniency (lam) must be in [0, 1] for the linear rule, got {args.leniency}")
-    if args.leniency < 0:
-        raise ValueError(f"--leniency must be >= 0, got {args.leniency}")
-
-
 def run(args) -> int:
     check_generation_args(args)
     prompts = read_prompts(args)
     import torch
 
-    from specdiff.commands.demo import _quiet_transformers
-    from specdiff.engine.runs import ModelCache, build_generator
+    from specdiff.runs.model_cache import quiet_transformers
+    from specdiff.runs import ModelCache, build_generator
 
-    _quiet_transformers()
+    quiet_transformers()
     if args.threads:
         torch.set_num_threads(args.threads)
     config = run_config_from_args(args)

@@ -143,9 +143,9 @@ def run_demo(args) -> int:
     if args.json:
         rows = [measure_rule(rule, p, q, samples, args.block, args.seed + i) for i, rule in enumerate(demo_rules())]
     else:
-        from rich.progress import track
+        from specdiff.progress import progress
 
-        for i, rule in track(list(enumerate(demo_rules())), description="verifying", transient=True):
+        for i, rule in progress(list(enumerate(demo_rules())), desc="verifying", unit="rule"):
             rows.append(measure_rule(rule, p, q, samples, args.block, args.seed + i))
     result = {
         "demo": "synthetic",

@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from specdiff.engine.runs import RULES
+from specdiff.runs import RULES
 from specdiff.eval.sweepconfig import ConfigText, Field, check_config, expand_grid
 
 LENIENCY_KEYS = {"linear": "lam", "tv": "eps", "cactus": "delta"}  # rule -> its leniency axis
@@ -196,7 +196,7 @@ def _models(settings: dict, config):
     """The process's ModelCache, warmed up once per (drafter, verifier) pair with a short generation."""
     import torch
 
-    from specdiff.engine.runs import ModelCache, run_config
+    from specdiff.runs import ModelCache, run_config
 
     if "models" not in _CACHE:
         torch.set_num_threads(settings["run"]["threads"])
@@ -214,7 +214,7 @@ def _models(settings: dict, config):
 
 def run_problem(unit: ProblemUnit, settings: dict) -> dict:
     """Generates one problem's answer under one configuration and scores it: the store's row."""
-    from specdiff.engine.runs import RunConfig, run_config
+    from specdiff.runs import RunConfig, run_config
 
     params = dict(unit.params)
     config = RunConfig(name=unit.config_id, **params)

@@ -87,7 +87,7 @@ def run_list(args: argparse.Namespace) -> int:
 
 def run_train(args: argparse.Namespace) -> int:
     from specdiff.zoo import model_dir
-    from specdiff.zoo.train import train
+    from specdiff.zoo_tools.train import train
 
     out = model_dir(args.name) if args.replace_shipped else args.out
     train(args.name, run_dir=args.run_dir, out_dir=out, steps=args.steps, threads=args.threads,
@@ -99,10 +99,10 @@ def run_train(args: argparse.Namespace) -> int:
 
 
 def run_eval(args: argparse.Namespace) -> int:
-    from specdiff.zoo.evaluate import evaluate
+    from specdiff.zoo_tools.evaluate import evaluate
 
     if args.models:
-        from specdiff.engine.kinds import require_weights
+        from specdiff.runs.kinds import require_weights
 
         for name in args.models:
             require_weights(name)

@@ -48,7 +48,8 @@ def train_denoiser(
     """Flow-matching training of the digits UNet2DModel; writes EMA weights to out_dir. The defaults
     are the shipped recipe (recipes.DENOISER_RECIPE); out_dir defaults to a run directory."""
     from diffusers import UNet2DModel
-    from tqdm import tqdm
+
+    from specdiff.progress import progress
 
     for name, value in (("steps", steps), ("batch_size", batch_size), ("save_every", save_every)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -70,7 +71,7 @@ def train_denoiser(
         optimizer.load_state_dict(state["optimizer"]), schedule.load_state_dict(state["schedule"])
         torch.set_rng_state(state["rng"])
         start = state["step"]
-    bar = tqdm(range(start, steps), initial=start, total=steps, desc="digits UNet", mininterval=30)
+    bar = progress(range(start, steps), initial=start, total=steps, desc="digits UNet", leave=True, mininterval=30)
     for step in bar:
         x0 = images[torch.randint(0, images.shape[0], (batch_size,))]
         t = torch.rand(batch_size)
@@ -103,14 +104,15 @@ def train_classifier(
 ) -> dict:
     """Train on the first 1500 digits (with small noise and shift augmentation); report test accuracy."""
     from safetensors.torch import save_file
-    from tqdm import tqdm
+
+    from specdiff.progress import progress
 
     torch.manual_seed(seed)
     train_x, train_y = load_digits("train")
     test_x, test_y = load_digits("test")
     model = DigitsClassifier()
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=1e-4)
-    for _ in tqdm(range(epochs), desc="digits classifier"):
+    for _ in progress(range(epochs), desc="digits classifier", leave=True):
         order = torch.randperm(train_x.shape[0])
         for batch in order.split(128):
             x = train_x[batch]

@@ -28,6 +28,7 @@ from specdiff.engine.stats import SequenceStats, Summary, summarize
 from specdiff.lm.cache import compaction_index, gather_columns
 from specdiff.lm.masks import left_pad
 from specdiff.lm.sampling import NonFiniteLogits
+from specdiff.progress import progress as progress_bar
 from specdiff.verify import METHODS, verify
 
 PROPOSALS = ("marginal", "point_mass")
@@ -71,9 +72,7 @@ class SpeculativeGenerator:
         budgets = self._budgets(rows, int(max_new_tokens))
         token_ids, stats, totals = [], [], {"draft_s": 0.0, "verify_s": 0.0, "forward_s": 0.0, "wall_s": 0.0}
         batches = range(0, len(rows), self.batch_size)
-        if progress and len(batches) > 1:
-            from tqdm.auto import tqdm
-            batches = tqdm(batches, desc="batches", leave=False)
+        batches = progress_bar(batches, desc="batches", enabled=progress and len(batches) > 1)
         for start in batches:
             end = start + self.batch_size
             ids, batch_stats, batch_totals = self._generate_batch(rows[start:end], budgets[start:end], generator,

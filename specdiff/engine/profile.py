@@ -28,6 +28,7 @@ import torch
 from specdiff.acceptance import Linear
 from specdiff.engine.baselines import autoregressive_generate
 from specdiff.engine.generate import _append, eos_token_ids
+from specdiff.progress import progress as progress_bar
 from specdiff.theory import total_variation
 from specdiff.verify import verify
 
@@ -41,10 +42,7 @@ def sample_prefixes(verifier, prompts: list[list[int]], cuts_per_prompt: int, ma
     cut = random.Random(seed)
     eos = eos_token_ids(verifier.model)
     pad = verifier.model.config.pad_token_id or 0
-    iterator = prompts
-    if progress:
-        from tqdm.auto import tqdm
-        iterator = tqdm(prompts, desc="prefixes (verifier samples)", leave=False, unit="prompt")
+    iterator = progress_bar(prompts, desc="prefixes (verifier samples)", unit="prompt", enabled=progress)
     prefixes, lengths = [], []
     for prompt in iterator:
         (continuation,), _ = autoregressive_generate(verifier.model, [prompt], max_new_tokens, eos,
@@ -70,10 +68,7 @@ def round_start_prefixes(generator, prompts: list[list[int]], count: int, max_ne
         return propose(ids, key_mask, block_size, draw)
 
     draws = torch.Generator(device=generator.verifier.device).manual_seed(seed)
-    iterator = prompts
-    if progress:
-        from tqdm.auto import tqdm
-        iterator = tqdm(prompts, desc="round starts (lossless runs)", leave=False, unit="prompt")
+    iterator = progress_bar(prompts, desc="round starts (lossless runs)", unit="prompt", enabled=progress)
     drafter.propose = recording_propose  # an instance attribute, removed below: the class is untouched
     try:
         for prompt in iterator:
@@ -128,9 +123,7 @@ def profile_rounds(drafters: dict, verifier, prefixes: list[list[int]], block_si
     out = RoundProfile(draft_s={k: [] for k in drafters})
     recorded = {name: {k: [] for k in drafters} for name in ("tv_marginal", "target_prob", "draft_prob")}
     items = list(range(-min(warmup, len(prefixes)), len(prefixes)))
-    if progress:
-        from tqdm.auto import tqdm
-        items = tqdm(items, desc="timed rounds", leave=False, unit="prefix")
+    items = progress_bar(items, desc="timed rounds", unit="prefix", enabled=progress)
     for index in items:
         prefix = prefixes[index]
         for steps, drafter in drafters.items():

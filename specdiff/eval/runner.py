@@ -44,19 +44,20 @@ def pending(units: Iterable, done: set) -> list:
 
 
 class Progress:
-    """Two tqdm bars, groups (e.g. configurations) and units (e.g. problems); one bar when every unit
-    is its own group."""
+    """Two bars (`specdiff.progress`), groups (e.g. configurations) and units (e.g. problems); one bar
+    when every unit is its own group."""
 
     def __init__(self, units: list, enabled: bool, unit_desc: str, group_desc: str | None):
-        from tqdm.auto import tqdm
+        from specdiff.progress import progress
 
         self.left = {}
         for unit in units:
             self.left[group_of(unit)] = self.left.get(group_of(unit), 0) + 1
         nested = group_desc is not None and len(self.left) < len(units)
-        self.groups = tqdm(total=len(self.left), desc=group_desc, disable=not enabled, position=0) if nested else None
-        self.units = tqdm(total=len(units), desc=unit_desc, disable=not enabled, position=1 if nested else 0,
-                          leave=not nested)
+        self.groups = (progress(total=len(self.left), desc=group_desc, enabled=enabled, position=0, leave=True)
+                       if nested else None)
+        self.units = progress(total=len(units), desc=unit_desc, enabled=enabled, position=1 if nested else 0,
+                              leave=not nested)
 
     def update(self, unit) -> None:
         self.units.update()

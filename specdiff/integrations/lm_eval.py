@@ -10,7 +10,7 @@ plugin entry points), so the plain `lm_eval` command knows `specdiff` only in a 
 imported this module; from Python, `import specdiff.integrations.lm_eval` and then
 `lm_eval.simple_evaluate(model="specdiff", ...)`.
 
-`SpecDiffLM` implements `generate_until` through the engine (`specdiff.engine.runs.run_config`,
+`SpecDiffLM` implements `generate_until` through the engine (`specdiff.runs.run_config`,
 hence `SpeculativeGenerator` with `batch_size`), exactly as `specdiff eval` generates:
 
 - requests are generated in the harness's order, `batch_size` at a time, with one
@@ -84,10 +84,10 @@ class SpecDiffLM(LM):
         self.summaries: list[dict] = []  # one per generated group: run_config's figures without the texts
         import torch
 
-        from specdiff.commands.demo import _quiet_transformers
-        from specdiff.engine.runs import ModelCache
+        from specdiff.runs.model_cache import quiet_transformers
+        from specdiff.runs import ModelCache
 
-        _quiet_transformers()
+        quiet_transformers()
         if threads is not None:
             torch.set_num_threads(int(threads))
         self._device = _device(device)
@@ -98,7 +98,7 @@ class SpecDiffLM(LM):
     # ---- the harness's interface ----------------------------------------------------------------
 
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
-        from specdiff.engine.runs import run_config
+        from specdiff.runs import run_config
         from specdiff.eval.tasks.base import truncate
 
         if not requests:
@@ -183,7 +183,7 @@ def request_options(gen_kwargs: dict | None, default_max_gen_toks: int) -> tuple
 def config_from_args(**values):
     """A RunConfig from model_args values, checked as `specdiff generate` checks its flags (errors name the
     model_args key)."""
-    from specdiff.commands.generate import check_generation_args, run_config_from_args
+    from specdiff.runs.config import check_generation_args, run_config_from_args
 
     values["prefix_cache"] = {False: "off", None: "off", True: "persistent"}.get(values["prefix_cache"],
                                                                                   values["prefix_cache"])

@@ -16,7 +16,7 @@ docs/drafters.md describes them); each moves into the shipped `MODEL_NAMES` once
 - `block-drafter`: SDAR-style block diffusion on the masked drafter's Qwen3 backbone, from the
   ar-drafter's weights: committed tokens attend causally (they are cached once), a block of
   `BLOCK_TOKENS` after a random cut is masked at ratio t and attends to the prefix and, bidirectionally,
-  to itself (`zoo.drafter_objectives.block_loss`), plus the causal next-token loss.
+  to itself (`zoo_tools.drafter_objectives.block_loss`), plus the causal next-token loss.
 - `uniform-drafter`: a tiny `DiffusionGemmaForBlockDiffusion` (transformers' uniform diffusion
   model: causal encoder, bidirectional decoder over the canvas, self-conditioning), trained from
   scratch with the uniform-noise objective on a block after a random cut and the encoder's

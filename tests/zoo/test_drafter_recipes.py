@@ -13,7 +13,8 @@ from zoo_copies import without, zoo_folder
 import specdiff as sd
 from specdiff import models, zoo
 from specdiff.cli import main
-from specdiff.zoo import configs, evaluate
+from specdiff.zoo import configs
+from specdiff.zoo_tools import evaluate
 
 CLASSES = {"block-drafter": sd.BlockDiffusionDrafter, "uniform-drafter": sd.UniformDiffusionDrafter,
            "dflash-drafter": sd.DFlashDrafter}

@@ -5,7 +5,7 @@ import torch
 from specdiff import zoo
 from specdiff.drafters.masked import masked_logits
 from specdiff.eval import tasks
-from specdiff.zoo.train import mdlm_batch, mdlm_mask, number_groups
+from specdiff.zoo_tools.train import mdlm_batch, mdlm_mask, number_groups
 
 
 def _pieces_and_groups(text):
@@ -174,7 +174,7 @@ def test_auxiliary_ar_loss_is_causal_on_the_bidirectional_drafter():
     """The masked drafter's auxiliary next-token loss runs the same (bidirectional, is_causal=False)
     weights under an explicit causal mask: a later token must not change an earlier logit there,
     while it does under the drafter's own bidirectional attention."""
-    from specdiff.zoo.train import ar_batch, ar_loss, causal_mask
+    from specdiff.zoo_tools.train import ar_batch, ar_loss, causal_mask
 
     tok = zoo.tokenizer()
     model = zoo.load("masked-drafter")

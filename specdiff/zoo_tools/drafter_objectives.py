@@ -1,4 +1,4 @@
-"""Models and training objectives of the block, uniform and DFlash zoo drafters (`zoo/train.py` runs
+"""Models and training objectives of the block, uniform and DFlash zoo drafters (`zoo_tools/train.py` runs
 them; `zoo/configs.py` holds the recipes).
 
 - `block_loss` (SDAR / BD3-LM, Arriola et al. 2025, at one block per sequence): a cut c in the answer;

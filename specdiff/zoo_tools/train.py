@@ -208,8 +208,8 @@ def mdlm_loss(model, batch, mask_token_id: int, generator: torch.Generator | Non
 
 
 def drafter_loss(model, target, recipe: dict, problems, tokenizer, generator) -> torch.Tensor:
-    """One batch's loss for the block, uniform and DFlash recipes (`zoo.drafter_objectives`)."""
-    from specdiff.zoo import drafter_objectives as objectives
+    """One batch's loss for the block, uniform and DFlash recipes (`zoo_tools.drafter_objectives`)."""
+    from specdiff.zoo_tools import drafter_objectives as objectives
 
     block, objective = configs.BLOCK_TOKENS, recipe["objective"]
     if objective == "dflash":
@@ -261,7 +261,7 @@ def quick_accuracy(model, tokenizer, name: str, n: int = 64) -> float:
     """Exact match on the first `n` validation problems (a training-time probe): greedy for the AR and
     masked models, standalone (block after block, K = BLOCK_TOKENS steps, the default sampling) for
     the block and uniform drafters. DFlash has none (it needs the verifier)."""
-    from specdiff.zoo.evaluate import generate_answers
+    from specdiff.zoo_tools.evaluate import generate_answers
 
     problems = tasks.arith_problems("validation", n)
     was_training = model.training
@@ -286,8 +286,9 @@ def train(name: str, run_dir: str | Path | None = None, out_dir: str | Path | No
     Writes the final model with `save_pretrained` to `out_dir` (default: `run_dir/model`, never the
     shipped weights: pass `out_dir=zoo.model_dir(name)` to replace those). steps >= 1 overrides the
     recipe's number of steps."""
-    from tqdm import tqdm
     from transformers import Qwen3ForCausalLM
+
+    from specdiff.progress import progress as progress_bar
 
     from specdiff.zoo import load, tokenizer as load_tokenizer
 
@@ -305,8 +306,8 @@ def train(name: str, run_dir: str | Path | None = None, out_dir: str | Path | No
     config = model_config(name, tokenizer) if objective in ("ar", "mdlm", "block") else None
 
     torch.manual_seed(recipe["seed"])
-    if objective in ("uniform", "dflash"):  # zoo.drafter_objectives: their own transformers classes
-        from specdiff.zoo import drafter_objectives
+    if objective in ("uniform", "dflash"):  # zoo_tools.drafter_objectives: their own transformers classes
+        from specdiff.zoo_tools import drafter_objectives
 
         model = drafter_objectives.build_model(name, tokenizer)
         if objective == "dflash":  # the frozen verifier whose states, embeddings and LM head it uses
@@ -334,7 +335,8 @@ def train(name: str, run_dir: str | Path | None = None, out_dir: str | Path | No
     n_params = sum(p.numel() for p in model.parameters())
     print(f"training {name}: {n_params / 1e6:.2f}M params, {total} steps of {recipe['batch_size']}", flush=True)
 
-    bar = tqdm(range(start, total), initial=start, total=total, desc=name, disable=not progress, mininterval=5)
+    bar = progress_bar(range(start, total), initial=start, total=total, desc=name, enabled=progress, leave=True,
+                       mininterval=5)
     began, ema = time.time(), None
     for step in bar:
         generator.manual_seed(recipe["seed"] * 1_000_003 + step)

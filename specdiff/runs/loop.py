@@ -1,107 +1,27 @@
-"""One generation configuration run over task problems: what the demo, `specdiff generate`, the
-speed bench and the sweeps share.
+"""The run loop: one `RunConfig` (`runs.config`) run over task problems.
 
-A `RunConfig` names the drafter (a zoo name or local path; None for plain autoregressive decoding
-of the verifier), its effort (K steps or threshold tau), the leniency rule, the verification
-method, the proposal mode, the block size, and optionally the verifier's sampling settings
-(`sampling`: temperature, top_p, top_k; temperature 0 is greedy). `run_config` generates answers for a list of prompts
-one problem at a time (batch 1, as latency is measured per problem) or in batches, and returns the
-accuracy, throughput, latency and acceptance figures.
+`build_generator` assembles the configuration's SpeculativeGenerator from the models of a
+`ModelCache` (`runs.model_cache`) and its kind's knobs (`runs.kinds`). `run_config` generates answers
+for a list of prompts one problem at a time (batch 1, as latency is measured per problem) or in
+batches, and returns the accuracy, throughput, latency and acceptance figures with per-problem
+records.
 """
 from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import asdict, dataclass, field
 
-RULES = ("lossless", "linear", "tv", "cactus")
-
-
-@dataclass
-class RunConfig:
-    name: str
-    drafter: str | None = "masked-drafter"  # None: plain autoregressive decoding of the verifier
-    verifier: str = "verifier"
-    steps: int = 1
-    threshold: float | None = None
-    order: str | None = None  # None: the drafter's default
-    prefix_cache: bool | str = False
-    rule: str = "lossless"
-    leniency: float = 0.0  # lam, eps or delta
-    method: str = "token"
-    proposal: str = "marginal"
-    block_size: int = 8
-    batch_size: int = 1
-    extra: dict = field(default_factory=dict)
-    sampling: dict = field(default_factory=dict)  # the verifier's temperature / top_p / top_k; empty: its defaults
-
-    def as_dict(self) -> dict:
-        return asdict(self)
-
-
-def make_rule(rule: str, leniency: float = 0.0):
-    """"lossless" | "linear" (lam) | "tv" (eps) | "cactus" (delta) -> an acceptance rule."""
-    import specdiff as sd
-
-    if rule == "lossless":
-        return sd.Lossless()
-    if rule == "linear":
-        return sd.Linear(leniency)
-    if rule == "tv":
-        return sd.TVBudget(leniency)
-    if rule == "cactus":
-        return sd.Cactus(leniency)
-    raise ValueError(f"unknown rule {rule!r}: expected one of {RULES}")
-
-
-class ModelCache:
-    """Loads each model and tokenizer once per process; wrappers (Verifier, drafters) are rebuilt
-    around the loaded model for every set of options, which copies nothing."""
-
-    def __init__(self, device: str | None = None):
-        self.models, self.tokenizers, self.device = {}, {}, device
-
-    def get(self, name: str, role: str, **options):
-        from specdiff import models
-
-        if role == "drafter":
-            name = models.DRAFTER_KINDS.get(name, name)  # "masked", "ar", ...: the zoo model of that kind
-        return models.wrap(*self._loaded(name), self.tokenizer(name), role, **options)
-
-    def kind(self, name: str) -> str:
-        """The engine's kind of drafter `name` (masked, block, uniform, dflash, ar), from its config."""
-        from specdiff import models
-        from specdiff.engine.kinds import KIND_OF_LOADER
-
-        config = self._loaded(models.DRAFTER_KINDS.get(name, name))[1]
-        return KIND_OF_LOADER[models.drafter_kind(config)]
-
-    def _loaded(self, name: str):
-        """(model, config, sampling defaults) of a zoo name or path, loaded once."""
-        from specdiff import models
-
-        if name not in self.models:
-            model, *rest = models.load_model(name)
-            if self.device is not None:
-                model = model.to(self.device)
-            self.models[name] = (model, *rest)
-        return self.models[name]
-
-    def tokenizer(self, name: str):
-        from specdiff import models
-
-        name = models.DRAFTER_KINDS.get(name, name)
-        if name not in self.tokenizers:
-            self.tokenizers[name] = models.load_tokenizer(name)
-        return self.tokenizers[name]
+from specdiff.progress import progress as progress_bar
+from specdiff.runs.config import RunConfig, make_rule
+from specdiff.runs.model_cache import ModelCache
 
 
 def build_generator(config: RunConfig, cache: ModelCache):
     """The SpeculativeGenerator of a configuration (config.drafter must not be None): the drafter gets its
-    kind's effort knobs (`specdiff.engine.kinds`), the verifier (DFlash reads its states) and, through the
+    kind's effort knobs (`specdiff.runs.kinds`), the verifier (DFlash reads its states) and, through the
     generator, its vocabulary fitted to the verifier's where the two tokenizers agree."""
     from specdiff.engine.generate import SpeculativeGenerator
-    from specdiff.engine.kinds import drafter_options
+    from specdiff.runs.kinds import drafter_options
 
     verifier = cache.get(config.verifier, "verifier", **config.sampling)
     options = drafter_options(cache.kind(config.drafter), config)
@@ -122,10 +42,8 @@ def run_config(config: RunConfig, prompts: list[str], targets: list[str] | None,
     generator = torch.Generator(device=device).manual_seed(seed)
     tokenizer = cache.tokenizer(config.verifier)
     chunks = [prompts[i:i + config.batch_size] for i in range(0, len(prompts), config.batch_size)]
-    iterator = chunks
-    if progress:
-        from tqdm.auto import tqdm
-        iterator = tqdm(chunks, desc=config.name, leave=False, unit="batch" if config.batch_size > 1 else "problem")
+    iterator = progress_bar(chunks, desc=config.name, unit="batch" if config.batch_size > 1 else "problem",
+                            enabled=progress)
     texts, records, wall = [], [], 0.0
     rounds = accepted = drafted = new_tokens = 0
     draft_s = verify_s = forward_s = 0.0

@@ -1,4 +1,4 @@
-"""The engine's drafter kinds as the commands use them (`--drafter` of demo, generate and the bench).
+"""The drafter kinds as the commands and sweeps use them (`--drafter` of demo, generate and the bench).
 
 Each kind has a zoo model (`specdiff.models.DRAFTER_KINDS`), its own effort knob and its own sampling
 defaults (the zoo's `configs.SAMPLING`, applied by the loader):
