@@ -1,0 +1,57 @@
+"""Models loaded once per process, wrapped afresh per configuration.
+
+`ModelCache.get(name, role, **options)` returns a `Verifier` or a drafter around a model that is
+loaded only on first use (`specdiff.models`), so a sweep over many configurations of the same pair
+reads each checkpoint once; wrappers copy nothing. `quiet_transformers` silences transformers'
+per-model loading bars between a command's own progress bars.
+"""
+from __future__ import annotations
+
+
+class ModelCache:
+    """Loads each model and tokenizer once per process; wrappers (Verifier, drafters) are rebuilt
+    around the loaded model for every set of options, which copies nothing."""
+
+    def __init__(self, device: str | None = None):
+        self.models, self.tokenizers, self.device = {}, {}, device
+
+    def get(self, name: str, role: str, **options):
+        from specdiff import models
+
+        if role == "drafter":
+            name = models.DRAFTER_KINDS.get(name, name)  # "masked", "ar", ...: the zoo model of that kind
+        return models.wrap(*self._loaded(name), self.tokenizer(name), role, **options)
+
+    def kind(self, name: str) -> str:
+        """The engine's kind of drafter `name` (masked, block, uniform, dflash, ar), from its config."""
+        from specdiff import models
+        from specdiff.runs.kinds import KIND_OF_LOADER
+
+        config = self._loaded(models.DRAFTER_KINDS.get(name, name))[1]
+        return KIND_OF_LOADER[models.drafter_kind(config)]
+
+    def _loaded(self, name: str):
+        """(model, config, sampling defaults) of a zoo name or path, loaded once."""
+        from specdiff import models
+
+        if name not in self.models:
+            model, *rest = models.load_model(name)
+            if self.device is not None:
+                model = model.to(self.device)
+            self.models[name] = (model, *rest)
+        return self.models[name]
+
+    def tokenizer(self, name: str):
+        from specdiff import models
+
+        name = models.DRAFTER_KINDS.get(name, name)
+        if name not in self.tokenizers:
+            self.tokenizers[name] = models.load_tokenizer(name)
+        return self.tokenizers[name]
+
+
+def quiet_transformers() -> None:
+    """No per-model 'Loading weights' bars between the command's own progress bars."""
+    from transformers.utils import logging
+
+    logging.disable_progress_bar()
