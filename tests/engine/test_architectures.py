@@ -13,37 +13,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from architectures import ATTENTION, HYBRID, build, perturbed
+from architectures import (ATTENTION, BLOCK, CHECKED, HYBRID, NEW_TOKENS, PROMPTS, TIES, assert_greedy_equal, build,
+                           hf_greedy, perturbed)
 
 import specdiff as sd
-
-PROMPTS = [[5, 6, 7, 8, 9, 10, 11], [12, 13], [14, 15, 16, 17, 18], [19]]
-NEW_TOKENS, BLOCK = 40, 4
-TIE_GAP = {torch.float32: 1e-3, torch.bfloat16: 0.125}
-TIES: list[str] = []
-CHECKED: list[str] = []
-
-
-def hf_greedy(model, prompt: list[int], new_tokens: int = NEW_TOKENS):
-    """HF greedy generate of one prompt alone: (tokens, logits [new_tokens, V])."""
-    out = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
-                         max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False, eos_token_id=None,
-                         pad_token_id=0, output_logits=True, return_dict_in_generate=True)
-    return out.sequences[0, len(prompt):].tolist(), torch.cat(out.logits).float()
-
-
-def assert_greedy_equal(label: str, tokens: list[list[int]], references, dtype=torch.float32) -> None:
-    """Each row equals its HF reference, or first differs where HF's top-2 gap is below the tie tolerance."""
-    for row, (got, (expected, logits)) in enumerate(zip(tokens, references)):
-        CHECKED.append(label)
-        if got == expected:
-            continue
-        first = next(i for i, (a, b) in enumerate(zip(got, expected)) if a != b)
-        top = logits[first].topk(2).values
-        gap = float(top[0] - top[1])
-        assert gap < TIE_GAP[dtype], f"{label}, row {row}: differs at token {first} where HF's top-2 gap is {gap:.4f}"
-        TIES.append(f"{label} row {row} at token {first} (gap {gap:.2e})")
-
 
 @pytest.fixture(scope="module", autouse=True)
 def tie_report():
