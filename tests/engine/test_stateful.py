@@ -107,3 +107,80 @@ def test_sampled_lossless_generation_reproduces_a_hybrid_verifier(name, dtype):
     out = gen.generate([PROMPT] * ROWS, max_new_tokens=LENGTH, generator=torch.Generator().manual_seed(0))
     assert out.summary.exact and 0 < out.summary.acceptance_rate < 1
     assert_matches_exact(out.token_ids, exact, f"{name} {dtype}")
+
+
+def test_dflash_reads_the_right_verifier_states_after_a_rollback():
+    """DFlash on a hybrid verifier: the hidden states handed to the drafter for each committed token equal those of
+    an uncached forward of the committed sequence, after rounds whose rejections rolled the state back; and the
+    greedy output equals HF greedy generate."""
+    from architectures import PROMPTS, assert_greedy_equal, hf_greedy
+    from tiny_models import tiny_dflash
+
+    verifier_model = build("qwen3_5", seed=2)
+    dflash = sd.DFlashDrafter(tiny_dflash(verifier_model, block=4, layers=(0, 1)), verifier_model)
+    seen = []  # (row's committed ids so far, hidden states handed over) per commit
+    commit = dflash.commit
+
+    def recording_commit(num_accepted, verifier_hidden=None):
+        seen.append((num_accepted.clone(), verifier_hidden.clone()))
+        commit(num_accepted, verifier_hidden)
+
+    dflash.commit = recording_commit
+    gen = sd.SpeculativeGenerator(dflash, sd.Verifier(verifier_model, temperature=0.0), block_size=4, eos_token_id=[])
+    out = gen.generate([PROMPTS[0]], max_new_tokens=16)
+    assert_greedy_equal("qwen3_5 verifier, dflash drafter", out.token_ids, [hf_greedy(verifier_model, PROMPTS[0], 16)])
+    assert gen.verifier.rollback_stats["replays"] > 0  # some round rolled the state back
+    sequence = PROMPTS[0] + out.token_ids[0]
+    with torch.no_grad():
+        states = verifier_model(input_ids=torch.tensor([sequence]), output_hidden_states=True).hidden_states
+    full = torch.cat([states[i] for i in dflash.verifier_hidden_layers], dim=-1)[0]  # [L, 2H]
+    position = len(PROMPTS[0]) - 1  # the first round's input starts at the prompt's last token
+    for num_accepted, hidden in seen:
+        kept = int(num_accepted[0]) + 1
+        assert torch.allclose(hidden[0, :kept], full[position:position + kept], atol=1e-4)
+        position += kept
+
+
+def test_unknown_stateful_layer_is_refused_before_generation(monkeypatch):
+    from specdiff.lm import state
+
+    monkeypatch.delitem(state.MIXERS, "NemotronHMamba2Mixer")
+    model = build("nemotron_h")
+    state._STATEFUL.clear()
+    with pytest.raises(state.UnknownStatefulLayer, match="NemotronHMamba2Mixer"):
+        sd.Verifier(model)
+    with pytest.raises(state.UnknownStatefulLayer, match="NemotronHMamba2Mixer"):
+        sd.AutoregressiveDrafter(model)
+
+
+@pytest.mark.parametrize("name", ["falcon_h1", "lfm2", "zamba2", "qwen3_5"])
+def test_batch_select_works_on_every_cache_layer_type(name):
+    """Selecting rows of a StatefulCache keeps those rows' keys, values, conv windows and recurrent states."""
+    from specdiff.lm.cache import cache_kwargs, new_cache, select_rows
+
+    model = build(name)
+    cache = new_cache(model)
+    ids = torch.tensor([[1, 2, 3, 4], [5, 6, 7, 8], [9, 10, 11, 12]])
+    with torch.no_grad():
+        model(input_ids=ids, **cache_kwargs(model, cache))
+    before = [(getattr(layer, "keys", None), dict(getattr(layer, "conv_states", {})),
+               dict(getattr(layer, "recurrent_states", {}))) for layer in cache.layers]
+    select_rows(cache, torch.tensor([2, 0]))
+    for layer, (keys, convs, recurrents) in zip(cache.layers, before):
+        if keys is not None and getattr(layer, "keys", None) is not None:
+            assert torch.equal(layer.keys, keys[[2, 0]])
+        for states, old in ((getattr(layer, "conv_states", {}), convs), (getattr(layer, "recurrent_states", {}), recurrents)):
+            for index, tensor in old.items():
+                if tensor is not None:
+                    assert torch.equal(states[index], tensor[[2, 0]])
+
+
+def test_summary_says_how_states_were_rolled_back():
+    model = build("jamba")
+    gen = sd.SpeculativeGenerator(sd.AutoregressiveDrafter(perturbed(build("qwen3_5")), temperature=0.0),
+                                  sd.Verifier(model, temperature=0.0), block_size=3, eos_token_id=[])
+    summary = gen.generate([[1, 2, 3], [4, 5]], max_new_tokens=8).summary
+    assert summary.state_rollback["verifier"]["stepwise_forwards"] > 0  # Jamba: fed one token per forward
+    assert summary.state_rollback["drafter"]["rewinds"] > 0
+    attention = sd.SpeculativeGenerator(sd.AutoregressiveDrafter(build("llama", seed=1)), sd.Verifier(build("llama")))
+    assert attention.generate([[1, 2]], max_new_tokens=4).summary.state_rollback is None
