@@ -10,8 +10,8 @@ Terms:
 - segment: the columns fed since `begin` (the verifier's chunk [last committed, y_1..y_B]; the AR drafter's
   pending tokens and its drafted ones). `rewind(kept)` keeps, per row, the first kept[r] of them.
 - base: a copy of every recurrent state taken at `begin`, the state before the segment.
-- convolution window: with transformers' past recording (`activate_past_recording`) a layer's conv state
-  holds its whole input history since the last rewind [b, C, K + T]; row r's new window is the K columns
+- convolution window: during a segment transformers' past recording (`activate_past_recording`) is on, so
+  a layer's conv state holds its input history since `begin` [b, C, K + T]; row r's new window is the K columns
   ending kept[r] columns into the segment, one gather per layer (`update_conv_state` derived).
 - replay (verifier): during the chunk's forward the inputs of each layer's chunked kernel are recorded;
   the rollback calls that same kernel again on the base state with the step sizes of the rejected columns
@@ -145,8 +145,6 @@ def _stateful_cache_class():
             if missing:
                 raise UnknownStatefulLayer(f"{type(model).__name__}: cache layers {missing} keep state but no module "
                                            "of the model updates them")
-            for index in self.stateful:
-                self.layers[index].activate_past_recording()
             self.mixer_modules = sorted({sys.modules[type(m).__module__] for i, m in _stateful_modules(model).items()
                                          if self.kinds.get(i) in KERNELS}, key=lambda m: m.__name__)
             self.stepwise = any(kind == "stepwise" for kind in self.kinds.values())
@@ -161,6 +159,8 @@ def _stateful_cache_class():
             column per forward and calls `checkpoint()` after each."""
             self._base = self._recurrent_copy()
             self._records, self._pending, self._fed = {}, None, 0
+            for index in self.stateful:  # conv inputs kept whole until the rewind (transformers' past recording)
+                self.layers[index].activate_past_recording()
             self._checkpoints = [self._base] if checkpoints else None
 
         @contextlib.contextmanager
@@ -198,6 +198,7 @@ def _stateful_cache_class():
                 raise ValueError(f"rewind keeps more columns than were fed ({self._fed})")
             for index in self.stateful:
                 self._rewind_conv(self.layers[index], dropped)
+                self.layers[index].record_past = False  # outside a segment: transformers' fixed-size window
             if bool((dropped > 0).any()) and self._base is not None:
                 if self._checkpoints is not None:
                     self._select_checkpoints(kept)
