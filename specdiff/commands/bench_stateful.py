@@ -31,7 +31,7 @@ def register(which) -> None:
 
 def tiny_pair(kind: str, layers: int = 4, hidden: int = 64, vocab: int = 256, seed: int = 0):
     """(verifier, drafter): a Qwen3.5-shaped hybrid (3 Gated DeltaNet layers per full-attention layer) or a Qwen3
-    of the same width and depth; the drafter is the verifier with every weight moved by 15 % of its spread."""
+    of the same width and depth; the drafter is the verifier with every weight moved by 3 % of its spread."""
     import copy
 
     import torch
@@ -54,7 +54,7 @@ def tiny_pair(kind: str, layers: int = 4, hidden: int = 64, vocab: int = 256, se
     with torch.no_grad():
         for parameter in drafter.parameters():
             if parameter.numel() > 1:
-                parameter.add_(0.15 * torch.randn(parameter.shape, generator=generator) * parameter.std())
+                parameter.add_(0.03 * torch.randn(parameter.shape, generator=generator) * parameter.std())
     return verifier, drafter
 
 
