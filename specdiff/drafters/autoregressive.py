@@ -6,6 +6,12 @@ given the tokens to its left, so marginal-mode verification is exact for it. It 
 cache across rounds: each round feeds only the committed tokens it has not cached yet (the
 correction or bonus token, and the last drafted token after a fully accepted round), and
 `commit` crops what it cached for rejected drafts.
+
+A hybrid drafter (recurrent or convolution state, `specdiff.lm.state`) drafts one token per forward
+anyway, so it keeps a copy of its recurrent states after each drafted token and `commit` selects, per
+row, the copy after its last accepted one (conv windows are gathered from the recorded inputs). Rows
+whose pending tokens differ in number (a fully accepted row has two, the others one) are fed one
+column per forward, the rows without a token in a column rolled back at once.
 """
 from __future__ import annotations
 
@@ -15,6 +21,7 @@ from specdiff.drafters.base import Draft, Drafter
 from specdiff.lm.cache import cache_kwargs, keep_columns, new_cache
 from specdiff.lm.masks import position_ids
 from specdiff.lm.sampling import check_finite, check_sampling, sample_rows, sampling_probs
+from specdiff.lm.state import check_stateful_layers, is_stateful
 
 
 class AutoregressiveDrafter(Drafter):
@@ -26,6 +33,9 @@ class AutoregressiveDrafter(Drafter):
         check_sampling(temperature, top_p, top_k, "AutoregressiveDrafter")
         self.model, self.temperature, self.top_p, self.top_k = model, temperature, top_p, top_k
         self.cache, self.cache_mask, self.drafted_in_cache = None, None, 0
+        self.stateful = is_stateful(model)
+        if self.stateful:
+            check_stateful_layers(model)  # an unknown stateful layer is refused here, before any generation
 
     @torch.inference_mode()
     def start(self, ids, key_mask, verifier_hidden=None) -> None:
@@ -43,7 +53,14 @@ class AutoregressiveDrafter(Drafter):
         width = int(pending.max())
         columns = torch.arange(width, device=ids.device)[None, :]
         chunk_mask = columns >= (width - pending)[:, None]  # [b, width]: each row's own pending tokens
-        logits = self._forward(ids[:, -width:], chunk_mask)  # [b, V]
+        ragged = self.stateful and width > 1 and self.cache_mask.shape[1] > 0 and (
+            self.cache.stepwise or not bool(chunk_mask.all()))
+        if ragged:
+            logits = self._feed_by_column(ids[:, -width:], chunk_mask)
+        else:
+            logits = self._forward(ids[:, -width:], chunk_mask)  # [b, V]
+        if self.stateful:
+            self.cache.begin(checkpoints=True)
         tokens, probs = [], []
         for i in range(block_size):
             step_probs = sampling_probs(logits, self.temperature, self.top_p, self.top_k)  # [b, V]
@@ -52,6 +69,8 @@ class AutoregressiveDrafter(Drafter):
             probs.append(step_probs)
             if i + 1 < block_size:  # the last drafted token is never fed: the verifier decides its successor
                 logits = self._forward(token, torch.ones_like(token, dtype=torch.bool))
+                if self.stateful:
+                    self.cache.checkpoint()
         self.drafted_in_cache = block_size - 1
         return Draft(tokens=torch.cat(tokens, dim=1), probs=torch.stack(probs, dim=1))
 
@@ -66,11 +85,25 @@ class AutoregressiveDrafter(Drafter):
         check_finite(out.logits, "drafter")
         return self.trim(out.logits[:, -1]).float()
 
+    def _feed_by_column(self, chunk: torch.Tensor, chunk_mask: torch.Tensor) -> torch.Tensor:
+        """A hybrid drafter's ragged pending tokens chunk [b, w] (chunk_mask False left of each row's own), one
+        column per forward: a row without a token in a column feeds a filler there and is rolled back at once
+        (its key is masked out and dropped at commit). Returns the logits of the last column [b, V]."""
+        for column in range(chunk.shape[1]):
+            real = chunk_mask[:, column:column + 1]  # [b, 1]
+            self.cache.begin(checkpoints=True)
+            logits = self._forward(chunk[:, column:column + 1], real)
+            self.cache.checkpoint()
+            self.cache.rewind(real[:, 0].long())
+        return logits
+
     @torch.inference_mode()
     def commit(self, num_accepted: torch.Tensor, verifier_hidden=None) -> None:
         """Keeps the cached drafted tokens that were accepted; drops the rest and skipped columns."""
         drafted = self.drafted_in_cache
         self.drafted_in_cache = 0
+        if self.stateful:
+            self.cache.rewind(torch.clamp(num_accepted, max=drafted))
         if self.cache_mask.shape[0] == 1:  # batch 1: a crop
             dropped = drafted - min(int(num_accepted[0]), drafted)
             if dropped:

@@ -71,6 +71,7 @@ class SpeculativeGenerator:
         rows = self._tokenize(prompts)
         budgets = self._budgets(rows, int(max_new_tokens))
         token_ids, stats, totals = [], [], {"draft_s": 0.0, "verify_s": 0.0, "forward_s": 0.0, "wall_s": 0.0}
+        rollback = {}
         batches = range(0, len(rows), self.batch_size)
         batches = progress_bar(batches, desc="batches", enabled=progress and len(batches) > 1)
         for start in batches:
@@ -81,10 +82,13 @@ class SpeculativeGenerator:
             stats += batch_stats
             for key in totals:
                 totals[key] += batch_totals[key]
+            _add_rollback(rollback, "verifier", getattr(self.verifier, "rollback_stats", None))
+            _add_rollback(rollback, "drafter", getattr(getattr(self.drafter, "cache", None), "stats", None))
         texts = None
         if self.tokenizer is not None:
             texts = [self.tokenizer.decode(ids, skip_special_tokens=True) for ids in token_ids]
         summary = summarize(stats, **totals)
+        summary.state_rollback = rollback or None
         return GenerationOutput(texts=texts, token_ids=token_ids, stats=stats, summary=summary)
 
     @torch.inference_mode()
@@ -198,6 +202,14 @@ class SpeculativeGenerator:
                 budget = min(budget, room)
             budgets.append(budget)
         return budgets
+
+
+def _add_rollback(totals: dict, who: str, counts: dict | None) -> None:
+    """Sums one batch's state-rollback counts (`specdiff.lm.state`) into totals[who]."""
+    if isinstance(counts, dict) and "rewinds" in counts:
+        mine = totals.setdefault(who, {})
+        for key, value in counts.items():
+            mine[key] = mine.get(key, 0) + value
 
 
 def _fit_vocabulary(drafter, verifier, drafter_tokenizer, verifier_tokenizer) -> None:

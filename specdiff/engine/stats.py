@@ -42,6 +42,10 @@ class Summary:
     forward_s: float  # total over batches: the verifier's forward alone
     wall_s: float  # total over batches: everything, prefill and bookkeeping included
     exact: bool
+    # hybrid models (specdiff.lm.state): {"verifier": counts, "drafter": counts} of the state rollbacks, summed
+    # over batches: rewinds, replays (chunked kernel replayed), replay_skipped (every row kept everything),
+    # checkpoint_rewinds, rewind_s, stepwise_forwards (a model fed one token per forward: Jamba); else None
+    state_rollback: dict | None = None
 
     def as_dict(self) -> dict:
         return asdict(self)

@@ -8,6 +8,13 @@ accepted drafted tokens. The prompt is never re-encoded.
 The batch is left-padded and right-aligned; rows that keep different numbers of tokens are
 compacted with one gather per layer (`specdiff.lm.cache.keep_columns`), a crop at batch 1.
 
+Hybrid models (Gated DeltaNet, Mamba-2, short convolutions: `specdiff.lm.state`) also keep recurrent and
+convolution state: `score` snapshots it and records each stateful layer's kernel inputs, and `commit`
+rolls every row back to its kept prefix (conv windows gathered from the chunk's inputs, recurrent states
+replayed with the rejected columns' step sizes zeroed; nothing replayed when every row kept everything).
+A model whose chunked kernel cannot be replayed (Jamba) is scored one token per forward with a copy of
+its state after each, and `rollback_stats["stepwise_forwards"]` counts those forwards.
+
 p is shaped exactly as the model's own sampling would shape it: temperature, then top-k, then
 top-p, as transformers' generate applies them. `score` returns those sampling logits (-inf on
 excluded tokens), which `specdiff.verify(..., inputs="logits")` takes directly.
@@ -18,6 +25,7 @@ import torch
 
 from specdiff.lm.cache import cache_kwargs, keep_columns, new_cache
 from specdiff.lm.masks import position_ids
+from specdiff.lm.state import check_stateful_layers, is_stateful
 from specdiff.lm.sampling import check_finite, check_sampling, sampling_logits
 
 
@@ -28,6 +36,14 @@ class Verifier:
         check_sampling(temperature, top_p, top_k, "Verifier")
         self.model, self.temperature, self.top_p, self.top_k = model, temperature, top_p, top_k
         self.cache, self.cache_mask, self.rounds = None, None, 0
+        self.stateful = is_stateful(model)
+        if self.stateful:
+            check_stateful_layers(model)  # an unknown stateful layer is refused here, before any generation
+
+    @property
+    def rollback_stats(self) -> dict | None:
+        """Counts and seconds of the state rollbacks (`specdiff.lm.state`), None for attention-only models."""
+        return dict(self.cache.stats) if self.stateful and self.cache is not None else None
 
     @property
     def vocab_size(self) -> int:
@@ -58,7 +74,23 @@ class Verifier:
         """chunk [b, n]: the last committed token and the drafted ones. Returns (logits [b, n, V], the
         sampling logits of p_1..p_n, and the chunk's hidden states [b, n, H*] or None)."""
         self.rounds += 1
-        raw, hidden = self._forward(chunk, torch.ones_like(chunk, dtype=torch.bool), hidden_layers)
+        chunk_mask = torch.ones_like(chunk, dtype=torch.bool)
+        if not self.stateful:
+            raw, hidden = self._forward(chunk, chunk_mask, hidden_layers)
+        elif not self.cache.stepwise:
+            self.cache.begin()
+            with self.cache.feeding(chunk.shape[1]):
+                raw, hidden = self._forward(chunk, chunk_mask, hidden_layers)
+        else:  # one column per forward, every recurrent state copied after each
+            self.cache.begin(checkpoints=True)
+            outputs = []
+            for column in range(chunk.shape[1]):
+                outputs.append(self._forward(chunk[:, column:column + 1], chunk_mask[:, :1], hidden_layers))
+                self.cache.checkpoint()
+            self.cache.stats["stepwise_forwards"] += chunk.shape[1]
+            self._last_chunk = chunk.shape[1]
+            raw = torch.cat([o[0] for o in outputs], dim=1)  # [b, n, V]
+            hidden = None if hidden_layers is None else torch.cat([o[1] for o in outputs], dim=1)
         check_finite(raw, "verifier", self.rounds)
         return sampling_logits(raw, self.temperature, self.top_p, self.top_k), hidden
 
@@ -66,6 +98,8 @@ class Verifier:
     def commit(self, num_kept: torch.Tensor) -> None:
         """num_kept [b]: keep the first num_kept[r] columns of the last scored chunk in row r's cache."""
         scored = self._last_chunk
+        if self.stateful:
+            self.cache.rewind(num_kept)  # recurrent and convolution state: each row's kept prefix
         if self.cache_mask.shape[0] == 1:  # batch 1: a crop
             dropped = scored - int(num_kept[0])
             if dropped:

@@ -29,9 +29,14 @@ def _cache_keyword(model_class) -> str:
 def new_cache(model):
     """An empty DynamicCache for `model`, with full-length layers even where the model has
     sliding-window attention (Gemma 2/3): the window is applied by the attention masks, and every
-    layer keeps one column per committed token, which is what per-row rollback and compaction need."""
+    layer keeps one column per committed token, which is what per-row rollback and compaction need.
+    A hybrid model (recurrent or convolution state) gets a `specdiff.lm.state.StatefulCache`."""
     from transformers import DynamicCache
 
+    from specdiff.lm.state import StatefulCache, is_stateful
+
+    if is_stateful(model):
+        return StatefulCache(model)
     return DynamicCache()
 
 
@@ -75,5 +80,5 @@ def keep_columns(cache, keep: torch.Tensor) -> torch.Tensor:
 
 
 def select_rows(cache, rows: torch.Tensor) -> None:
-    """Keeps only the batch rows `rows` [n] of the cache."""
+    """Keeps only the batch rows `rows` [n] of the cache (every layer type: `StatefulCache` selects states too)."""
     cache.batch_select_indices(rows)

@@ -1,0 +1,186 @@
+"""Rollback of recurrent and convolution state (issue 20; `specdiff.lm.state`): the verifier's rounds and the
+AR drafter's drafts on hybrid models equal uncached full forwards row by row, with a different accepted length
+per row and rows leaving the batch; DFlash's verifier states after a rollback; bfloat16 and float16 models;
+the statistical check on a tiny hybrid verifier; clear errors for unknown stateful layers."""
+from __future__ import annotations
+
+import pytest
+import torch
+from architectures import HYBRID, build, perturbed
+
+import specdiff as sd
+from specdiff.lm.masks import left_pad
+
+
+def _full_logits(model, tokens: list[int], last: int) -> torch.Tensor:
+    with torch.no_grad():
+        return torch.log_softmax(model(input_ids=torch.tensor([tokens])).logits[0, -last:].float(), -1)
+
+
+@pytest.mark.parametrize("name", list(HYBRID))
+def test_hybrid_verifier_rounds_equal_full_forwards(name):
+    """Prompts of different lengths, per-row acceptance (everything, nothing, in between), a row leaving the
+    batch: every round's p equals an uncached forward of each row alone over its committed tokens + chunk."""
+    model = build(name, seed=3)
+    verifier = sd.Verifier(model, temperature=1.0)
+    committed = [[1, 2, 3, 4, 5, 6], [7, 8], [9, 10, 11, 12]]
+    verifier.start(*left_pad(committed, 0))
+    generator = torch.Generator().manual_seed(0)
+    for round_index in range(5):
+        rows = len(committed)
+        drafted = torch.randint(1, 90, (rows, 3), generator=generator)
+        chunk = torch.cat([torch.tensor([[r[-1]] for r in committed]), drafted], dim=1)  # [n, 4]
+        logits, _ = verifier.score(chunk)
+        for row in range(rows):
+            expected = _full_logits(model, committed[row] + drafted[row].tolist(), 4)
+            got = torch.log_softmax(logits[row], -1)
+            assert torch.allclose(got, expected, atol=5e-5), (name, round_index, row, (got - expected).abs().max())
+        kept = torch.tensor([1 + (round_index + 2 * row) % 4 for row in range(rows)])  # last + 0..3 drafted
+        if round_index == 3:
+            kept = torch.full((rows,), 4)  # every row keeps everything: nothing to replay
+        verifier.commit(kept)
+        for row in range(rows):
+            correction = int(torch.randint(1, 90, (1,), generator=generator))
+            committed[row] += drafted[row, : kept[row] - 1].tolist() + [correction]
+        if round_index == 1:  # the middle row finishes
+            verifier.select(torch.tensor([0, 2]))
+            committed = [committed[0], committed[2]]
+    stats = verifier.rollback_stats
+    assert stats["rewinds"] == 5 and stats["replay_skipped"] >= 1
+
+
+@pytest.mark.parametrize("name", list(HYBRID))
+def test_hybrid_ar_drafter_matches_uncached_forwards(name):
+    """After rounds of different acceptance per row (all, none, some: ragged pending tokens), every drafted
+    token's q equals the drafter's distribution from an uncached forward of the row's committed + drafted tokens."""
+    model = build(name, seed=5)
+    drafter = sd.AutoregressiveDrafter(model, temperature=1.0, top_p=1.0, top_k=0)
+    committed = [[1, 4, 2], [3, 5, 6, 7, 8]]
+    drafter.start(*left_pad(committed, 0))
+    generator = torch.Generator().manual_seed(0)
+    for round_index, accepted in enumerate([(2, 4), (0, 4), (4, 1), (4, 4), (1, 0)]):
+        ids, key_mask = left_pad(committed, 0)
+        draft = drafter.propose(ids, key_mask, 4, generator)
+        for row in range(2):
+            expected = _full_logits(model, committed[row] + draft.tokens[row].tolist(), 5)[:4].exp()  # [4, V]
+            difference = (draft.probs[row] - expected).abs().max()
+            assert difference < 5e-5, (name, round_index, row, difference)
+        drafter.commit(torch.tensor(accepted))
+        for row in range(2):
+            committed[row] += draft.tokens[row, : accepted[row]].tolist() + [(accepted[row] * 7 + row) % 90 + 1]
+
+
+@pytest.mark.parametrize("name, dtype", [("qwen3_5", torch.bfloat16), ("nemotron_h", torch.bfloat16),
+                                         ("lfm2", torch.bfloat16), ("falcon_h1", torch.float16)])
+def test_half_precision_greedy_equals_hf_generate(name, dtype):
+    """The engine runs the model in its own dtype (bf16, fp16 weights and states; verification maths in float32):
+    greedy speculative output equals HF greedy generate in that dtype, up to the stated tie tolerance."""
+    from architectures import PROMPTS, assert_greedy_equal, hf_greedy
+
+    model = build(name, dtype=dtype)
+    drafter = perturbed(model)
+    assert next(model.parameters()).dtype == dtype
+    references = [hf_greedy(model, p, 24) for p in PROMPTS]
+    gen = sd.SpeculativeGenerator(sd.AutoregressiveDrafter(drafter, temperature=0.0), sd.Verifier(model, temperature=0.0),
+                                  block_size=4, eos_token_id=[], batch_size=4)
+    out = gen.generate(PROMPTS, max_new_tokens=24)
+    assert next(model.parameters()).dtype == dtype  # never upcast
+    assert_greedy_equal(f"{name} {dtype}", out.token_ids, references, dtype=dtype)
+
+
+@pytest.mark.parametrize("name, dtype", [("nemotron_h", torch.float32), ("nemotron_h", torch.bfloat16)])
+def test_sampled_lossless_generation_reproduces_a_hybrid_verifier(name, dtype):
+    """tests/engine/test_exactness.py's check on a tiny hybrid verifier over V = 4 tokens: the enumerated law of
+    its first 3 sampled tokens, 40,000 rows of one prompt in one batched call (AR drafter, a hybrid too, marginal
+    mode, block 2; Mamba-2 layers, whose chunked scan pads to 8 tokens, not Gated DeltaNet's 64, which makes
+    40,000 rows six times slower): TV <= 0.03 and chi-square p >= 1e-4 (tests/tiny_models.py). In bf16 the exact law is that of
+    the bf16 model's own (uncached) logits."""
+    from tiny_models import LENGTH, PROMPT, ROWS, SAMPLING, assert_matches_exact, exact_continuations
+
+    verifier = build(name, vocab=4, dtype=dtype)
+    with torch.no_grad():
+        verifier.lm_head.weight.normal_(0.0, 0.2)  # a spread law: 14 sequences above 1 %
+    drafter = perturbed(verifier, scale=0.5)
+    exact = exact_continuations(verifier, PROMPT, LENGTH, **SAMPLING)
+    gen = sd.SpeculativeGenerator(sd.AutoregressiveDrafter(drafter, temperature=1.0, top_p=1.0, top_k=0),
+                                  sd.Verifier(verifier, **SAMPLING), block_size=2, eos_token_id=[], batch_size=ROWS)
+    out = gen.generate([PROMPT] * ROWS, max_new_tokens=LENGTH, generator=torch.Generator().manual_seed(0))
+    assert out.summary.exact and 0 < out.summary.acceptance_rate < 1
+    assert_matches_exact(out.token_ids, exact, f"{name} {dtype}")
+
+
+def test_dflash_reads_the_right_verifier_states_after_a_rollback():
+    """DFlash on a hybrid verifier: the hidden states handed to the drafter for each committed token equal those of
+    an uncached forward of the committed sequence, after rounds whose rejections rolled the state back; and the
+    greedy output equals HF greedy generate."""
+    from architectures import PROMPTS, assert_greedy_equal, hf_greedy
+    from tiny_models import tiny_dflash
+
+    verifier_model = build("qwen3_5", seed=2)
+    dflash = sd.DFlashDrafter(tiny_dflash(verifier_model, block=4, layers=(0, 1)), verifier_model)
+    seen = []  # (row's committed ids so far, hidden states handed over) per commit
+    commit = dflash.commit
+
+    def recording_commit(num_accepted, verifier_hidden=None):
+        seen.append((num_accepted.clone(), verifier_hidden.clone()))
+        commit(num_accepted, verifier_hidden)
+
+    dflash.commit = recording_commit
+    gen = sd.SpeculativeGenerator(dflash, sd.Verifier(verifier_model, temperature=0.0), block_size=4, eos_token_id=[])
+    out = gen.generate([PROMPTS[0]], max_new_tokens=16)
+    assert_greedy_equal("qwen3_5 verifier, dflash drafter", out.token_ids, [hf_greedy(verifier_model, PROMPTS[0], 16)])
+    assert gen.verifier.rollback_stats["replays"] > 0  # some round rolled the state back
+    sequence = PROMPTS[0] + out.token_ids[0]
+    with torch.no_grad():
+        states = verifier_model(input_ids=torch.tensor([sequence]), output_hidden_states=True).hidden_states
+    full = torch.cat([states[i] for i in dflash.verifier_hidden_layers], dim=-1)[0]  # [L, 2H]
+    position = len(PROMPTS[0]) - 1  # the first round's input starts at the prompt's last token
+    for num_accepted, hidden in seen:
+        kept = int(num_accepted[0]) + 1
+        assert torch.allclose(hidden[0, :kept], full[position:position + kept], atol=1e-4)
+        position += kept
+
+
+def test_unknown_stateful_layer_is_refused_before_generation(monkeypatch):
+    from specdiff.lm import state
+
+    monkeypatch.delitem(state.MIXERS, "NemotronHMamba2Mixer")
+    model = build("nemotron_h")
+    state._STATEFUL.clear()
+    with pytest.raises(state.UnknownStatefulLayer, match="NemotronHMamba2Mixer"):
+        sd.Verifier(model)
+    with pytest.raises(state.UnknownStatefulLayer, match="NemotronHMamba2Mixer"):
+        sd.AutoregressiveDrafter(model)
+
+
+@pytest.mark.parametrize("name", ["falcon_h1", "lfm2", "zamba2", "qwen3_5"])
+def test_batch_select_works_on_every_cache_layer_type(name):
+    """Selecting rows of a StatefulCache keeps those rows' keys, values, conv windows and recurrent states."""
+    from specdiff.lm.cache import cache_kwargs, new_cache, select_rows
+
+    model = build(name)
+    cache = new_cache(model)
+    ids = torch.tensor([[1, 2, 3, 4], [5, 6, 7, 8], [9, 10, 11, 12]])
+    with torch.no_grad():
+        model(input_ids=ids, **cache_kwargs(model, cache))
+    before = [(getattr(layer, "keys", None), dict(getattr(layer, "conv_states", {})),
+               dict(getattr(layer, "recurrent_states", {}))) for layer in cache.layers]
+    select_rows(cache, torch.tensor([2, 0]))
+    for layer, (keys, convs, recurrents) in zip(cache.layers, before):
+        if keys is not None and getattr(layer, "keys", None) is not None:
+            assert torch.equal(layer.keys, keys[[2, 0]])
+        for states, old in ((getattr(layer, "conv_states", {}), convs), (getattr(layer, "recurrent_states", {}), recurrents)):
+            for index, tensor in old.items():
+                if tensor is not None:
+                    assert torch.equal(states[index], tensor[[2, 0]])
+
+
+def test_summary_says_how_states_were_rolled_back():
+    model = build("jamba")
+    gen = sd.SpeculativeGenerator(sd.AutoregressiveDrafter(perturbed(build("qwen3_5")), temperature=0.0),
+                                  sd.Verifier(model, temperature=0.0), block_size=3, eos_token_id=[])
+    summary = gen.generate([[1, 2, 3], [4, 5]], max_new_tokens=8).summary
+    assert summary.state_rollback["verifier"]["stepwise_forwards"] > 0  # Jamba: fed one token per forward
+    assert summary.state_rollback["drafter"]["rewinds"] > 0
+    attention = sd.SpeculativeGenerator(sd.AutoregressiveDrafter(build("llama", seed=1)), sd.Verifier(build("llama")))
+    assert attention.generate([[1, 2]], max_new_tokens=4).summary.state_rollback is None
