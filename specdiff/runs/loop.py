@@ -12,7 +12,7 @@ import statistics
 import time
 
 from specdiff.progress import progress as progress_bar
-from specdiff.runs.config import RunConfig, make_rule
+from specdiff.runs.config import RunConfig, config_rule
 from specdiff.runs.model_cache import ModelCache
 
 
@@ -27,7 +27,7 @@ def build_generator(config: RunConfig, cache: ModelCache):
     options = drafter_options(cache.kind(config.drafter), config)
     drafter = cache.get(config.drafter, "drafter", verifier=verifier, **options)
     return SpeculativeGenerator(drafter, verifier, block_size=config.block_size,
-                                rule=make_rule(config.rule, config.leniency), method=config.method,
+                                rule=config_rule(config), method=config.method,
                                 proposal=config.proposal, tokenizer=cache.tokenizer(config.verifier),
                                 drafter_tokenizer=cache.tokenizer(config.drafter), batch_size=config.batch_size)
 
