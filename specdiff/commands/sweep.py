@@ -273,7 +273,8 @@ def run_problem(unit: ProblemUnit, settings: dict) -> dict:
                 text=record["text"], correct=int(score.correct), extracted=score.extracted,
                 prompt_tokens=len(tokenizer(prompt).input_ids), new_tokens=record["new_tokens"],
                 rounds=record.get("rounds"), accepted=record.get("accepted"), draft_s=record.get("draft_s"),
-                verify_s=record.get("verify_s"), wall_s=record["wall_s"], exact=int(result["exact"]))
+                verify_s=record.get("verify_s"), wall_s=record["wall_s"], exact=int(result["exact"]),
+                calls=record.get("calls"))
 
 
 # ----------------------------------------------------------------------------------------------
