@@ -30,12 +30,16 @@ def register(subparsers) -> None:
                    help="with --cost calls: per-call costs from this file (specdiff.runs.call_costs' output) "
                         "instead of the store's own (measured and stored on first use)")
     p.add_argument("--remeasure-costs", action="store_true", help="with --cost calls: measure the costs again")
+    p.add_argument("--honest", action="store_true",
+                   help="also the constrained reference (best lossless accuracy - 5 points, plain decoding's speed), "
+                        "the static configurations' convex hull, speedup at <= 0.5 / 1 point accuracy loss and "
+                        "paired bootstrap intervals (specdiff.eval.frontier_honest)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(handler=run)
 
 
 def compute(store: str | Path, latency_ref: float | None = None, include_incomplete: bool = False,
-            costs: dict | None = None) -> tuple[dict, dict]:
+            costs: dict | None = None, honest: bool = False) -> tuple[dict, dict]:
     """(the JSON result, the loaded sweep). With `costs`, the speed axes are priced calls (eval.pricing)."""
     from specdiff.eval.frontier import analyse, load_sweep, summarize
     from specdiff.eval.pricing import priced_rows
@@ -45,10 +49,20 @@ def compute(store: str | Path, latency_ref: float | None = None, include_incompl
         rows = priced_rows(sweep["rows"], costs)
         kept = {s["config_id"] for s in sweep["summaries"]}
         sweep["summaries"] = [s for s in summarize(sweep["configurations"], rows) if s["config_id"] in kept]
+    else:
+        rows = sweep["rows"]
     out = analyse(sweep["summaries"], latency_ref)
     out["cost"] = "calls" if costs is not None else "wall"
     if costs is not None:
         out["call_costs"] = costs
+    if honest:
+        from specdiff.eval.frontier_honest import analyse_honest, plain_decoding
+
+        plain = plain_decoding(rows, sweep["summaries"], costs) if costs is not None else None
+        out["honest"] = analyse_honest(sweep["summaries"], rows, plain)
+        if plain is None:
+            out["honest"]["plain_note"] = ("plain decoding is priced on the calls axis only (--cost calls); on wall "
+                                           "time the reference speed is the old one")
     out.update(store=str(store), task=sweep["settings"]["task"]["name"], problems=sweep["settings"]["task"]["problems"],
                models=sweep["settings"]["models"], incomplete=sweep["incomplete"],
                configurations=[{k: v for k, v in s.items() if k not in ("correct", "problem_ids", "params")}
@@ -91,7 +105,7 @@ def call_costs(store: str | Path, costs_file: str | None = None, remeasure: bool
 
 def run(args) -> int:
     costs = call_costs(args.store, args.costs, args.remeasure_costs) if args.cost == "calls" else None
-    out, sweep = compute(args.store, args.latency_ref, args.include_incomplete, costs)
+    out, sweep = compute(args.store, args.latency_ref, args.include_incomplete, costs, args.honest)
     if not args.no_plot:
         from specdiff.eval.figures import frontier_png
 
