@@ -102,3 +102,22 @@ def test_the_sweep_grid_expands_gates_and_support_and_keeps_old_ids(tmp_path):
         from specdiff.runs.config import config_rule
 
         config_rule(RunConfig(name="x", **config["params"]))  # every point builds a rule
+
+
+def test_bench_leniency_tunes_on_validation_and_reports_held_out_ratios(capsys):
+    argv = ["bench", "leniency", "--json", "--steps", "1", "--tune-problems", "2", "--problems", "3", "--repeats", "2",
+            "--max-new-tokens", "24", "--first-problem", "5", "--seed", "3"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    for key in ("chosen", "lossless", "accuracy_lossless", "accuracy_lenient", "tokens_per_call_ratio",
+                "throughput_ratio", "priced_throughput_ratio"):
+        assert key in out, key
+    for key in ("tokens_per_call_ratio", "throughput_ratio", "priced_throughput_ratio", "accuracy_difference"):
+        low, high = out[f"{key}_95"]
+        assert low <= high
+    assert out["test_problems"] == [5, 8] and len(out["throughput_ratios_per_repeat"]) == 2
+    names = [row["config"]["name"] for row in out["tuning"]]
+    assert len(names) == 10 and names[0] == "K=1 lossless"  # lossless + the 9 candidates at K = 1
+    assert out["chosen"] in names and out["lossless"] in names
+    if out["no_lenient_rule_qualified"]:
+        assert out["chosen"] == out["lossless"] and out["tokens_per_call_ratio"] == 1.0
