@@ -17,7 +17,7 @@ from specdiff.lazy import lazy_exports
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from specdiff.acceptance import Cactus, Linear, Lossless, TVBudget
+    from specdiff.acceptance import Cactus, Gated, Linear, Lossless, TVBudget, Typical
     from specdiff.drafters.autoregressive import AutoregressiveDrafter
     from specdiff.drafters.base import Draft, Drafter
     from specdiff.drafters.block import BlockDiffusionDrafter
@@ -35,6 +35,8 @@ _PUBLIC = {
     "Linear": "specdiff.acceptance",
     "TVBudget": "specdiff.acceptance",
     "Cactus": "specdiff.acceptance",
+    "Typical": "specdiff.acceptance",
+    "Gated": "specdiff.acceptance",
     "Verifier": "specdiff.engine.verifier",
     "SpeculativeGenerator": "specdiff.engine.generate",
     "GenerationOutput": "specdiff.engine.generate",

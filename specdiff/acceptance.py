@@ -16,7 +16,18 @@ with y the drafted token and q the proposal. This covers all four rules:
     Cactus(delta) p~(y) = gamma*, p~(v) = (1 - gamma*)/(1 - p(y)) p(v) for v != y   (Eq. 17)
 
 so verification only ever needs p and q at the drafted token, plus whole rows of p and q at the
-few positions where it samples a residual.
+few positions where it samples a residual. Two more rules read whole rows of p, through their
+`RowStats` (top-1 mass and entropy), which are decided before y is looked at:
+
+    Typical(eps, delta)   accept y outright where p(y) > min(eps, delta exp(-H(p))) (Medusa's typical
+                          acceptance): p~(y) = max(p(y), q(y)) there; elsewhere p~ = p (Lossless)
+    Gated(rule, m, tau)   the inner rule where the verifier is unsure (top-1 mass <= m, or H(p) >= tau),
+                          Lossless elsewhere
+
+Support: every rule measures the drafted token against the target as sampled, after top-p / top-k
+truncation (support="truncated", the default), or against the verifier's distribution at its
+temperature before truncation (support="untruncated"; `verify(..., untruncated_probs=...)`). The
+bonus token always comes from the truncated target.
 """
 from __future__ import annotations
 
@@ -26,6 +37,21 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
+
+
+SUPPORTS = ("truncated", "untruncated")
+
+
+class RowStats(NamedTuple):
+    """Whole-row statistics of the target p at each drafted position, read by Typical and Gated. [b, B] each."""
+
+    top: torch.Tensor  # max_v p(v): the top-1 mass
+    entropy: torch.Tensor  # H(p) = -sum_v p(v) log p(v), in nats
+
+
+def row_stats(p_rows: torch.Tensor) -> RowStats:
+    """RowStats of rows of probabilities p_rows [..., V]."""
+    return RowStats(p_rows.amax(dim=-1), -torch.special.xlogy(p_rows, p_rows).sum(dim=-1))
 
 
 class Relaxation(NamedTuple):
@@ -43,12 +69,21 @@ class Relaxation(NamedTuple):
 
 @dataclass(frozen=True)
 class Lossless:
-    """Classic speculative sampling: the target is the verifier p itself."""
+    """Classic speculative sampling: the target is the verifier p itself (with support="untruncated",
+    the verifier's untruncated distribution: lossless against that one, not against the sampled p)."""
 
+    support: str = "truncated"
     needs_tv = False
-    lossless = True
+    needs_stats = False
 
-    def relax(self, p_draft, q_draft, tv=None) -> Relaxation:
+    def __post_init__(self):
+        _check_support(self)
+
+    @property
+    def lossless(self) -> bool:
+        return self.support == "truncated"
+
+    def relax(self, p_draft, q_draft, tv=None, stats=None) -> Relaxation:
         ones = torch.ones_like(p_draft)
         zeros = torch.zeros_like(p_draft)
         return Relaxation(ones, zeros, zeros)
@@ -59,18 +94,21 @@ class Linear:
     """Linear acceptance: p~ = (1 - lam) p + lam q (Theorem 1, Eq. 5). lam in [0, 1]."""
 
     lam: float
+    support: str = "truncated"
     needs_tv = False
+    needs_stats = False
 
     def __post_init__(self):
         object.__setattr__(self, "lam", _check_number("Linear lam", self.lam))
         if not 0.0 <= self.lam <= 1.0:
             raise ValueError(f"Linear(lam): lam must lie in [0, 1], got {self.lam}")
+        _check_support(self)
 
     @property
     def lossless(self) -> bool:
-        return self.lam == 0.0
+        return self.lam == 0.0 and self.support == "truncated"
 
-    def relax(self, p_draft, q_draft, tv=None) -> Relaxation:
+    def relax(self, p_draft, q_draft, tv=None, stats=None) -> Relaxation:
         lam = torch.full_like(p_draft, self.lam)
         return Relaxation(1.0 - lam, lam, torch.zeros_like(p_draft))
 
@@ -83,23 +121,26 @@ class TVBudget:
     """
 
     eps: float
+    support: str = "truncated"
     needs_tv = True
+    needs_stats = False
 
     def __post_init__(self):
         object.__setattr__(self, "eps", _check_number("TVBudget eps", self.eps))
         if self.eps < 0.0:
             raise ValueError(f"TVBudget(eps): eps must be >= 0, got {self.eps}")
+        _check_support(self)
 
     @property
     def lossless(self) -> bool:
-        return self.eps == 0.0
+        return self.eps == 0.0 and self.support == "truncated"
 
     def lam(self, tv: torch.Tensor) -> torch.Tensor:
         """Per-position lam, [b, B], from TV(p, q), [b, B]."""
         safe_tv = torch.where(tv > 0, tv, torch.ones_like(tv))
         return torch.where(tv > 0, (self.eps / safe_tv).clamp(max=1.0), torch.zeros_like(tv))
 
-    def relax(self, p_draft, q_draft, tv=None) -> Relaxation:
+    def relax(self, p_draft, q_draft, tv=None, stats=None) -> Relaxation:
         if tv is None:
             raise ValueError("TVBudget needs TV(p, q) at every position")
         lam = self.lam(tv)
@@ -116,7 +157,9 @@ class Cactus:
 
     delta: float
     solver: str = "newton"
+    support: str = "truncated"
     needs_tv = False
+    needs_stats = False
 
     def __post_init__(self):
         object.__setattr__(self, "delta", _check_number("Cactus delta", self.delta))
@@ -124,30 +167,146 @@ class Cactus:
             raise ValueError(f"Cactus(delta): delta must be >= 0, got {self.delta}")
         if self.solver not in ("newton", "taylor"):
             raise ValueError(f"Cactus solver must be 'newton' or 'taylor', got {self.solver!r}")
+        _check_support(self)
 
     @property
     def lossless(self) -> bool:
-        return self.delta == 0.0
+        return self.delta == 0.0 and self.support == "truncated"
 
     def gamma(self, p_draft: torch.Tensor) -> torch.Tensor:
         if self.solver == "taylor":
             return cactus_gamma_taylor(p_draft, self.delta)
         return cactus_gamma(p_draft, self.delta)
 
-    def relax(self, p_draft, q_draft, tv=None) -> Relaxation:
+    def relax(self, p_draft, q_draft, tv=None, stats=None) -> Relaxation:
         gamma = self.gamma(p_draft).to(p_draft.dtype)
         scale = cactus_scale(p_draft, gamma)
         onehot = gamma - scale * p_draft
         return Relaxation(scale, torch.zeros_like(p_draft), onehot)
 
 
-RULES = (Lossless, Linear, TVBudget, Cactus)
+@dataclass(frozen=True)
+class Typical:
+    """Medusa's typical acceptance (Cai et al. 2024, Section 2.3.1): a drafted token y is accepted
+    outright where p(y) > min(epsilon, delta exp(-H(p))); elsewhere it is verified as Lossless does
+    (accept with min(1, p(y)/q(y)), else draw from norm([p - q]+)).
+
+    In the affine form: p~(y) = p(y) + [q(y) - p(y)]+ = max(p(y), q(y)) where y is typical (so
+    p~(y)/q(y) >= 1: accepted), p~ = p elsewhere; a residual is only ever drawn for an atypical y,
+    so it is Lossless's. Per position it emits E(v) = q(v) a(v) + r [p(v) - q(v)]+ / TV(p, q), with
+    a(v) = 1 for typical v, min(1, p(v)/q(v)) otherwise, and r = sum_v q(v) (1 - a(v)).
+    Medusa's defaults are epsilon = 0.09 and delta = sqrt(epsilon) = 0.3.
+    """
+
+    epsilon: float
+    delta: float | None = None  # None: sqrt(epsilon), as Medusa pairs them
+    support: str = "truncated"
+    needs_tv = False
+    needs_stats = True
+
+    def __post_init__(self):
+        object.__setattr__(self, "epsilon", _check_number("Typical epsilon", self.epsilon))
+        if self.delta is None:
+            object.__setattr__(self, "delta", math.sqrt(max(self.epsilon, 0.0)))
+        object.__setattr__(self, "delta", _check_number("Typical delta", self.delta))
+        if self.epsilon < 0.0 or self.delta < 0.0:
+            raise ValueError(f"Typical(epsilon, delta): both must be >= 0, got {self.epsilon}, {self.delta}")
+        _check_support(self)
+
+    @property
+    def lossless(self) -> bool:
+        return False  # p(y) > min(epsilon, delta e^-H) holds for some y unless both bounds are >= 1
+
+    def threshold(self, stats: RowStats) -> torch.Tensor:
+        """min(epsilon, delta exp(-H(p))), [b, B]."""
+        return torch.clamp(self.delta * torch.exp(-stats.entropy), max=self.epsilon)
+
+    def relax(self, p_draft, q_draft, tv=None, stats=None) -> Relaxation:
+        if stats is None:
+            raise ValueError("Typical needs the target's row statistics (RowStats) at every position")
+        typical = p_draft > self.threshold(stats).to(p_draft.dtype)
+        lift = torch.where(typical, (q_draft - p_draft).clamp(min=0.0), torch.zeros_like(p_draft))
+        return Relaxation(torch.ones_like(p_draft), torch.zeros_like(p_draft), lift)
+
+
+@dataclass(frozen=True)
+class Gated:
+    """The inner rule only where the verifier is unsure, Lossless elsewhere.
+
+    A position is open when its top-1 mass is <= max_top, or its entropy H(p) >= min_entropy (nats);
+    give one or both. The gate reads p alone, before y is seen, so at every position the relaxed
+    target is either p or the inner rule's p~, and Theorem 1's view holds position by position: the
+    TV budget is spent only where the verifier itself is uncertain. Support is the inner rule's.
+    """
+
+    rule: object
+    max_top: float | None = None
+    min_entropy: float | None = None
+    needs_stats = True
+
+    def __post_init__(self):
+        if isinstance(self.rule, Gated) or not isinstance(self.rule, RULES):
+            raise ValueError(f"Gated(rule): rule must be one of {', '.join(r.__name__ for r in RULES)}, got {self.rule!r}")
+        if self.max_top is None and self.min_entropy is None:
+            raise ValueError("Gated needs max_top (top-1 mass <= m opens the gate) or min_entropy (H >= tau), or both")
+        if self.max_top is not None:
+            object.__setattr__(self, "max_top", _check_number("Gated max_top", self.max_top))
+            if not 0.0 <= self.max_top <= 1.0:
+                raise ValueError(f"Gated max_top must lie in [0, 1], got {self.max_top}")
+        if self.min_entropy is not None:
+            object.__setattr__(self, "min_entropy", _check_number("Gated min_entropy", self.min_entropy))
+            if self.min_entropy < 0.0:
+                raise ValueError(f"Gated min_entropy must be >= 0, got {self.min_entropy}")
+
+    @property
+    def support(self) -> str:
+        return self.rule.support
+
+    @property
+    def needs_tv(self) -> bool:
+        return self.rule.needs_tv
+
+    @property
+    def lossless(self) -> bool:
+        return self.rule.lossless
+
+    def gate(self, stats: RowStats) -> torch.Tensor:
+        """[b, B] bool: True where the inner rule applies."""
+        open_ = torch.zeros_like(stats.top, dtype=torch.bool)
+        if self.max_top is not None:
+            open_ |= stats.top <= self.max_top
+        if self.min_entropy is not None:
+            open_ |= stats.entropy >= self.min_entropy
+        return open_
+
+    def relax(self, p_draft, q_draft, tv=None, stats=None) -> Relaxation:
+        if stats is None:
+            raise ValueError("Gated needs the target's row statistics (RowStats) at every position")
+        inner = self.rule.relax(p_draft, q_draft, tv, stats)
+        gate = self.gate(stats)
+        exact = (1.0, 0.0, 0.0)  # Lossless: p~ = p
+        return Relaxation(*(torch.where(gate, coef, torch.full_like(coef, base)) for coef, base in zip(inner, exact)))
+
+
+RULES = (Lossless, Linear, TVBudget, Cactus, Typical)
 
 
 def check_rule(rule) -> None:
-    if not isinstance(rule, RULES):
-        names = ", ".join(r.__name__ for r in RULES)
+    if not isinstance(rule, RULES + (Gated,)):
+        names = ", ".join(r.__name__ for r in RULES + (Gated,))
         raise ValueError(f"unknown rule {rule!r}: expected an instance of one of {names}")
+
+
+def drafted_token_dependent(rule) -> bool:
+    """True for the rules whose p~ depends on the drafted token (Cactus, Typical, either gated): block
+    verification with a real proposal needs a fixed target, which only Cactus has (its emitted C)."""
+    inner = rule.rule if isinstance(rule, Gated) else rule
+    return isinstance(inner, (Cactus, Typical))
+
+
+def _check_support(rule) -> None:
+    if rule.support not in SUPPORTS:
+        raise ValueError(f"{type(rule).__name__} support must be one of {SUPPORTS}, got {rule.support!r}")
 
 
 def _check_number(name: str, value) -> float:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from specdiff.acceptance import Cactus, Linear, Lossless, TVBudget, cactus_scale
+from specdiff.acceptance import Cactus, Gated, Linear, Lossless, TVBudget, Typical, cactus_scale, row_stats
 
 
 def total_variation(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
@@ -30,8 +30,11 @@ def acceptance_rate(rule, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     """Probability that a token drawn from q is accepted at this position.
 
     Lossless 1 - TV (Eq. 1); Linear 1 - (1 - lam) TV (Theorem 1); TVBudget 1 - max(TV - eps, 0);
-    Cactus E_{y~q}[min(1, gamma*(y) / q(y))].
+    Cactus E_{y~q}[min(1, gamma*(y) / q(y))]; Typical and Gated by enumerating the drafted token.
     """
+    if isinstance(rule, (Typical, Gated)):
+        accept, _ = _by_drafted_token(rule, p, q)
+        return (q * accept).sum(dim=-1)
     if isinstance(rule, Cactus):
         gamma = rule.gamma(p).to(p.dtype)  # gamma*(v) for every candidate v
         safe_q = torch.where(q > 0, q, torch.ones_like(q))
@@ -45,8 +48,12 @@ def emitted_distribution(rule, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor
 
     Linear-type rules emit their target p~ = (1 - lam) p + lam q exactly. Cactus's target depends
     on the drafted token y, so what it emits is the mixture over y ~ q of "accept y with
-    probability min(1, gamma*(y)/q(y)), else draw from norm([p~_y - q]+)".
+    probability min(1, gamma*(y)/q(y)), else draw from norm([p~_y - q]+)". Typical and Gated are
+    enumerated the same way over y (_by_drafted_token).
     """
+    if isinstance(rule, (Typical, Gated)):
+        accept, residual = _by_drafted_token(rule, p, q)
+        return q * accept + ((q * (1 - accept)).unsqueeze(-1) * residual).sum(dim=-2)
     if not isinstance(rule, Cactus):
         lam = linear_lambda(rule, p, q).unsqueeze(-1)
         return (1.0 - lam) * p + lam * q
@@ -65,3 +72,22 @@ def emitted_distribution(rule, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor
     accepted_part = q * accept
     rejected_part = ((q * (1 - accept)).unsqueeze(-1) * residual).sum(dim=-2)
     return accepted_part + rejected_part
+
+
+def _by_drafted_token(rule, p: torch.Tensor, q: torch.Tensor):
+    """For every possible draft y: the acceptance min(1, p~_y(y)/q(y)), [..., V], and the residual
+    norm([p~_y - q]+) drawn on its rejection, [..., V(y), V], from the rule's affine form (acceptance.py)."""
+    vocab = p.shape[-1]
+    stats = row_stats(p)  # [...]: the same for every y
+    expand = lambda t: t.unsqueeze(-1).expand(*t.shape, vocab)  # noqa: E731  [...] -> [..., V]
+    tv = total_variation(p, q)
+    relax = rule.relax(p, q, expand(tv), type(stats)(*(expand(t) for t in stats)))  # [..., V] per y
+    safe_q = torch.where(q > 0, q, torch.ones_like(q))
+    accept = torch.clamp(relax.at_draft(p, q) / safe_q, max=1.0)
+    eye = torch.eye(vocab, dtype=p.dtype)
+    relaxed = (relax.p_coef.unsqueeze(-1) * p.unsqueeze(-2) + relax.q_coef.unsqueeze(-1) * q.unsqueeze(-2)
+               + relax.onehot_coef.unsqueeze(-1) * eye)  # [..., y, v] p~_y(v)
+    residual = (relaxed - q.unsqueeze(-2)).clamp(min=0)
+    mass = residual.sum(dim=-1, keepdim=True)
+    residual = torch.where(mass > 1e-12, residual / mass.clamp(min=1e-300), relaxed.clamp(min=0))
+    return accept, residual

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 
 import torch
 
-from specdiff.acceptance import Cactus, Lossless, Relaxation, cactus_emitted_distribution, cactus_emitted_off_q, check_rule
+from specdiff.acceptance import (Cactus, Lossless, Relaxation, cactus_emitted_distribution, cactus_emitted_off_q,
+                                 check_rule, drafted_token_dependent, row_stats)
 from specdiff.distributions import Distributions, compute_dtype
 
 METHODS = ("token", "block")
@@ -65,6 +66,7 @@ def verify(
     generator: torch.Generator | None = None,
     inputs: str = "probs",
     validate: bool | str = True,
+    untruncated_probs: torch.Tensor | None = None,  # [b, B, V] or [b, B+1, V]: p before top-p / top-k
 ) -> VerifyResult:
     """Verify a batch of drafts against the target, exactly or under a relaxed target.
 
@@ -80,8 +82,13 @@ def verify(
     validate=False skips the checks; any other value is a ValueError.
 
     Inputs that require grad are detached: verification samples, it is not differentiable.
+
+    A rule with support="untruncated" measures the drafted tokens against untruncated_probs (the
+    verifier's distribution at its temperature, before top-p / top-k; the same `inputs` kind as
+    target_probs) at positions 1..B; the bonus still comes from target_probs at B+1.
     """
     check_rule(rule)
+    target_probs = _with_support(rule, target_probs, untruncated_probs, draft_tokens)
     if not (validate is True or validate is False or validate == "full"):
         raise ValueError(f"unknown validate {validate!r}: expected True, False or 'full'")
     if method not in METHODS:
@@ -117,6 +124,10 @@ def verify(
         tokens = _assemble(draft_tokens, num_accepted, next_token)
         return VerifyResult(num_accepted=num_accepted, tokens=tokens, accept_prob=accept_prob)
 
+    if draft is not None and drafted_token_dependent(rule) and not isinstance(rule, Cactus):
+        raise ValueError(f"method='block' with {rule!r} and a real proposal is not defined here: its relaxed target "
+                         "depends on the drafted token (only plain Cactus has a fixed one, its emitted C); use "
+                         "method='token', or draft_probs=None (point mass)")
     fixed_rows = None  # [b, V]: block + Cactus with a real proposal verifies against C, at each row's stop
     last_rows = None  # the rows of p and q at each row's stop, where already computed
     if isinstance(rule, Cactus) and draft is not None:
@@ -129,6 +140,26 @@ def verify(
                               generator, fixed_rows, last_rows)
     tokens = _assemble(draft_tokens, stop.num_accepted, next_token)
     return VerifyResult(num_accepted=stop.num_accepted, tokens=tokens, accept_prob=stop.weights)
+
+
+def _with_support(rule, target_probs, untruncated_probs, draft_tokens):
+    """The target the rule measures drafts against: target_probs, or with support="untruncated" the
+    untruncated rows at positions 1..B beside target_probs' row B+1 (the bonus). [b, B+1, V]."""
+    if rule.support == "truncated":
+        if untruncated_probs is not None:
+            raise ValueError(f"untruncated_probs given, but {rule!r} measures against the truncated target "
+                             "(support='truncated')")
+        return target_probs
+    if untruncated_probs is None:
+        raise ValueError(f"{rule!r} has support='untruncated': pass untruncated_probs, the verifier's distribution "
+                         "before top-p / top-k, [b, B, V]")
+    block_len = draft_tokens.shape[-1] if draft_tokens.dim() == 2 else None
+    if (untruncated_probs.dim() != 3 or block_len is None or untruncated_probs.shape[0] != target_probs.shape[0]
+            or untruncated_probs.shape[-1] != target_probs.shape[-1] or untruncated_probs.shape[1] < block_len):
+        raise ValueError(f"untruncated_probs must be [b, B, V] or [b, B+1, V] like target_probs "
+                         f"{tuple(target_probs.shape)}, got {tuple(untruncated_probs.shape)}")
+    rows = untruncated_probs[:, :block_len].to(device=target_probs.device, dtype=target_probs.dtype)
+    return torch.cat([rows, target_probs[:, block_len:]], dim=1)
 
 
 def _at_position(p_rows, q_rows, tokens, rule):
@@ -144,7 +175,8 @@ def _at_position(p_rows, q_rows, tokens, rule):
     else:  # point mass on y: q(y) = 1 and TV(p, onehot(y)) = 1 - p(y)
         q_draft = torch.ones_like(p_draft)
         tv = 1.0 - p_draft
-    relax = rule.relax(p_draft, q_draft, tv)
+    stats = row_stats(p_rows) if rule.needs_stats else None  # [n] top-1 mass and entropy of p
+    relax = rule.relax(p_draft, q_draft, tv, stats)
     return relax, relax.at_draft(p_draft, q_draft) / q_draft
 
 
@@ -248,11 +280,14 @@ def _block_verify(target, draft, draft_tokens, rule, uniforms):
     weight p_tau [b]. (Cactus with a real proposal: _block_verify_cactus.)
     """
     block_len = draft_tokens.shape[1]
+    stats = None
     if draft is None:  # point mass: q = onehot(y), so only p at the drafted tokens is needed
         p_dense = q_dense = None
         p_draft = target.at(draft_tokens, block_len)  # [b, B] p_i(y_i)
         q_draft = torch.ones_like(p_draft)
         tv = 1.0 - p_draft  # TV(p, onehot(y))
+        if rule.needs_stats:  # Typical and Gated read whole rows of p
+            stats = row_stats(target.dense(block_len))
     else:  # every position's whole distribution, normalised once and shared below
         p_dense = target.dense(block_len)  # [b, B, V]
         q_dense = draft.dense(block_len)  # [b, B, V]
@@ -260,7 +295,8 @@ def _block_verify(target, draft, draft_tokens, rule, uniforms):
         p_draft = p_dense.gather(-1, index).squeeze(-1)  # [b, B] p_i(y_i)
         q_draft = q_dense.gather(-1, index).squeeze(-1)  # [b, B] q_i(y_i)
         tv = 0.5 * (p_dense - q_dense).abs().sum(dim=-1) if rule.needs_tv else None
-    relax = rule.relax(p_draft, q_draft, tv)
+        stats = row_stats(p_dense) if rule.needs_stats else None
+    relax = rule.relax(p_draft, q_draft, tv, stats)
     relaxed_draft = relax.at_draft(p_draft, q_draft)  # [b, B] p~_i(y_i)
     weights = _block_weights(relaxed_draft / q_draft)  # [b, B+1]: p_0 = 1, p_i
     w = weights[:, :block_len]  # [b, B] p_0..p_{B-1}

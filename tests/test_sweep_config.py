@@ -95,8 +95,8 @@ def test_a_store_of_another_schema_version_or_kind_is_refused(tmp_path):
     store = tmp_path / "s.sqlite"
     SweepStore(store, _settings(tmp_path)).close()
     with sqlite3.connect(store) as connection:
-        connection.execute("UPDATE sweep_meta SET value = '2' WHERE key = 'schema_version'")
-    with pytest.raises(StoreError, match="sweep schema version 2; this specdiff reads version 1"):
+        connection.execute("UPDATE sweep_meta SET value = '3' WHERE key = 'schema_version'")
+    with pytest.raises(StoreError, match="sweep schema version 3; this specdiff reads versions 1, 2"):
         SweepStore(store, _settings(tmp_path))
     with pytest.raises(StoreError, match="another schema"):  # the continuous bench's store refuses it too
         ResultStore(store)

@@ -23,16 +23,46 @@ def register(subparsers) -> None:
                    help="latency of the hypervolume reference point, s (default 1.1 x the slowest configuration)")
     p.add_argument("--include-incomplete", action="store_true",
                    help="also use configurations that do not have every problem yet")
+    p.add_argument("--cost", choices=("wall", "calls"), default="wall",
+                   help="the speed axes: measured wall time (default), or each row's model calls priced with "
+                        "per-call costs measured once on this machine (noise-free; stored in the store)")
+    p.add_argument("--costs", default=None, metavar="JSON",
+                   help="with --cost calls: per-call costs from this file (specdiff.runs.call_costs' output) "
+                        "instead of the store's own (measured and stored on first use)")
+    p.add_argument("--remeasure-costs", action="store_true", help="with --cost calls: measure the costs again")
+    p.add_argument("--honest", action="store_true",
+                   help="also the constrained reference (best lossless accuracy - 5 points, plain decoding's speed), "
+                        "the static configurations' convex hull, speedup at <= 0.5 / 1 point accuracy loss and "
+                        "paired bootstrap intervals (specdiff.eval.frontier_honest)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(handler=run)
 
 
-def compute(store: str | Path, latency_ref: float | None = None, include_incomplete: bool = False) -> tuple[dict, dict]:
-    """(the JSON result, the loaded sweep)."""
-    from specdiff.eval.frontier import analyse, load_sweep
+def compute(store: str | Path, latency_ref: float | None = None, include_incomplete: bool = False,
+            costs: dict | None = None, honest: bool = False) -> tuple[dict, dict]:
+    """(the JSON result, the loaded sweep). With `costs`, the speed axes are priced calls (eval.pricing)."""
+    from specdiff.eval.frontier import analyse, load_sweep, summarize
+    from specdiff.eval.pricing import priced_rows
 
     sweep = load_sweep(store, include_incomplete)
+    if costs is not None:
+        rows = priced_rows(sweep["rows"], costs)
+        kept = {s["config_id"] for s in sweep["summaries"]}
+        sweep["summaries"] = [s for s in summarize(sweep["configurations"], rows) if s["config_id"] in kept]
+    else:
+        rows = sweep["rows"]
     out = analyse(sweep["summaries"], latency_ref)
+    out["cost"] = "calls" if costs is not None else "wall"
+    if costs is not None:
+        out["call_costs"] = costs
+    if honest:
+        from specdiff.eval.frontier_honest import analyse_honest, plain_decoding
+
+        plain = plain_decoding(rows, sweep["summaries"], costs) if costs is not None else None
+        out["honest"] = analyse_honest(sweep["summaries"], rows, plain)
+        if plain is None:
+            out["honest"]["plain_note"] = ("plain decoding is priced on the calls axis only (--cost calls); on wall "
+                                           "time the reference speed is the old one")
     out.update(store=str(store), task=sweep["settings"]["task"]["name"], problems=sweep["settings"]["task"]["problems"],
                models=sweep["settings"]["models"], incomplete=sweep["incomplete"],
                configurations=[{k: v for k, v in s.items() if k not in ("correct", "problem_ids", "params")}
@@ -40,8 +70,42 @@ def compute(store: str | Path, latency_ref: float | None = None, include_incompl
     return out, sweep
 
 
+def call_costs(store: str | Path, costs_file: str | None = None, remeasure: bool = False) -> dict:
+    """The store's per-call costs: from `costs_file`, or the store's `call_costs` artifact, or measured
+    now with the store's models (specdiff.runs.call_costs) and kept in the store as that artifact."""
+    from specdiff.eval.sweepstore import SweepStore
+
+    if costs_file is not None:
+        path = Path(costs_file)
+        if not path.is_file():
+            raise ValueError(f"--costs {costs_file!r} does not exist")
+        return json.loads(path.read_text())
+    reader = SweepStore(store)
+    try:
+        stored, settings = reader.artifacts().get("call_costs"), reader.settings
+        has_calls = any(row.get("calls") for row in reader.rows()[:1])
+    finally:
+        reader.close()
+    if not has_calls:
+        raise ValueError(f"{store} holds no call counts (its rows were written before schema 2): re-run its sweep "
+                         "into a new store for --cost calls")
+    if stored is not None and not remeasure:
+        return stored
+    from specdiff.runs.call_costs import measure_call_costs
+
+    models = settings["models"]
+    costs = measure_call_costs(models["verifier"], models["drafter"], threads=settings["run"]["threads"])
+    writer = SweepStore(store, settings)
+    try:
+        writer.put_artifact("call_costs", costs)
+    finally:
+        writer.close()
+    return costs
+
+
 def run(args) -> int:
-    out, sweep = compute(args.store, args.latency_ref, args.include_incomplete)
+    costs = call_costs(args.store, args.costs, args.remeasure_costs) if args.cost == "calls" else None
+    out, sweep = compute(args.store, args.latency_ref, args.include_incomplete, costs, args.honest)
     if not args.no_plot:
         from specdiff.eval.figures import frontier_png
 

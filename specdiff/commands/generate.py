@@ -26,8 +26,17 @@ def add_generation_flags(parser) -> None:
     parser.add_argument("--prefix-cache", choices=["off", "round", "persistent"], default="off",
                         help="masked drafter's prefix cache (default off; see docs/engine.md)")
     parser.add_argument("--block-size", "-B", type=positive_int, default=8, help="drafted tokens per round B (default 8)")
-    parser.add_argument("--rule", choices=["lossless", "linear", "tv", "cactus"], default="lossless")
-    parser.add_argument("--leniency", type=float, default=0.0, help="lam (linear), eps (tv) or delta (cactus)")
+    parser.add_argument("--rule", choices=["lossless", "linear", "tv", "cactus", "typical"], default="lossless")
+    parser.add_argument("--leniency", type=float, default=0.0,
+                        help="lam (linear), eps (tv), delta (cactus) or epsilon (typical)")
+    parser.add_argument("--typical-delta", type=float, default=None,
+                        help="Typical's delta: accept y where p(y) > min(epsilon, delta exp(-H(p))) (default sqrt(epsilon))")
+    parser.add_argument("--gate-top", type=float, default=None, metavar="M",
+                        help="Gated: apply the rule only where the verifier's top-1 mass is <= M (Lossless elsewhere)")
+    parser.add_argument("--gate-entropy", type=float, default=None, metavar="TAU",
+                        help="Gated: ... or where the verifier's entropy is >= TAU nats")
+    parser.add_argument("--support", choices=["truncated", "untruncated"], default="truncated",
+                        help="measure drafts against the verifier after top-p/top-k (default) or before (untruncated)")
     parser.add_argument("--method", choices=["token", "block"], default="token")
     parser.add_argument("--proposal", choices=["marginal", "point_mass"], default="marginal")
     parser.add_argument("--batch-size", type=positive_int, default=1, help="sequences per batch (default 1)")

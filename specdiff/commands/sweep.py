@@ -25,7 +25,8 @@ from pathlib import Path
 from specdiff.runs import RULES
 from specdiff.eval.sweepconfig import ConfigText, Field, check_config, expand_grid
 
-LENIENCY_KEYS = {"linear": "lam", "tv": "eps", "cactus": "delta"}  # rule -> its leniency axis
+LENIENCY_KEYS = {"linear": "lam", "tv": "eps", "cactus": "delta", "typical": "typical_epsilon"}  # rule -> its axis
+SUPPORTS = ("truncated", "untruncated")
 METHODS = ("token", "block")
 PROPOSALS = ("marginal", "point_mass")
 
@@ -53,6 +54,15 @@ SCHEMA = {
         "lam": Field("float", "Linear leniency lambda", many=True, low=0, high=1),
         "eps": Field("float", "TV budget epsilon", many=True, low=0, high=1),
         "delta": Field("float", "Cactus KL budget delta", many=True, low=0),
+        "typical_epsilon": Field("float", "Typical's epsilon: accept y where p(y) > min(eps, delta exp(-H))",
+                                 many=True, low=0, high=1),
+        "typical_delta": Field("float", "Typical's delta (default sqrt(epsilon))", many=True, low=0),
+        "gate_top": Field("float", "Gated: the rule only where the verifier's top-1 mass <= this (1: no gate)",
+                          many=True, low=0, high=1),
+        "gate_entropy": Field("float", "Gated: the rule only where the verifier's entropy >= this, nats (0: no gate)",
+                              many=True, low=0),
+        "support": Field("str", "drafts measured after top-p/top-k (truncated) or before", many=True,
+                         choices=SUPPORTS, default=["truncated"]),
         "method": Field("str", "verification", many=True, choices=METHODS, default=["token"]),
         "proposal": Field("str", "proposal mode", many=True, choices=PROPOSALS, default=["marginal"]),
         "block_size": Field("int", "draft length B", many=True, low=1, high=4096, default=[8]),
@@ -157,17 +167,49 @@ def configurations(config: ConfigText, models: dict, grid: dict) -> list[dict]:
     efforts = [dict(steps=k, threshold=None) for k in grid.get("steps", [] if "threshold" in grid else [1])]
     efforts += [dict(steps=1, threshold=t) for t in grid.get("threshold", [])]
     out = []
+    if "typical_delta" in grid and "typical" not in grid["rule"]:
+        raise config.error("grid", "typical_delta", "[grid] typical_delta needs rule 'typical' in [grid] rule")
     for rule in grid["rule"]:
+        lenient = rule != "lossless"  # gates and support apply to lenient rules (and support to lossless too)
         axes = dict(effort=efforts, leniency=grid.get(LENIENCY_KEYS.get(rule), [0.0]), method=grid["method"],
-                    proposal=grid["proposal"], block_size=grid["block_size"])
+                    proposal=grid["proposal"], block_size=grid["block_size"],
+                    typical_delta=grid.get("typical_delta", [None]) if rule == "typical" else [None],
+                    gate_top=grid.get("gate_top", [1.0]) if lenient else [1.0],
+                    gate_entropy=grid.get("gate_entropy", [0.0]) if lenient else [0.0],
+                    support=grid["support"])
         for point in expand_grid(axes):
             params = dict(drafter=models["drafter"], verifier=models["verifier"], **point.pop("effort"), rule=rule,
-                          **point)
+                          **_leniency_params(point))
             effort = f"tau={params['threshold']:g}" if params["threshold"] is not None else f"K={params['steps']}"
-            leniency = "" if rule == "lossless" else f" {LENIENCY_KEYS[rule]}={params['leniency']:g}"
-            name = f"{effort} {rule}{leniency} {params['method']} {params['proposal']} B={params['block_size']}"
-            out.append(dict(config_id=settings_id(params), name=name, effort=effort, params=params))
+            out.append(dict(config_id=settings_id(params), name=f"{effort} {_rule_name(params)} {params['method']} "
+                                                                 f"{params['proposal']} B={params['block_size']}",
+                            effort=effort, params=params))
     return out
+
+
+def _leniency_params(point: dict) -> dict:
+    """A grid point's RunConfig keywords. The defaults (no Typical delta, gates always open, truncated
+    support) are left out, so that the configuration ids of older stores stay the same."""
+    params = dict(point)
+    for key, default in (("typical_delta", None), ("gate_top", 1.0), ("gate_entropy", 0.0), ("support", "truncated")):
+        if params[key] == default:
+            del params[key]
+    return params
+
+
+def _rule_name(params: dict) -> str:
+    """"linear lam=0.1", "typical typical_epsilon=0.09 delta=0.3 gated top<=0.9 untruncated"."""
+    rule = params["rule"]
+    name = rule if rule == "lossless" else f"{rule} {LENIENCY_KEYS[rule]}={params['leniency']:g}"
+    if "typical_delta" in params:
+        name += f" delta={params['typical_delta']:g}"
+    gates = [f"top<={params['gate_top']:g}"] if "gate_top" in params else []
+    gates += [f"H>={params['gate_entropy']:g}"] if "gate_entropy" in params else []
+    if gates:
+        name += " gated " + " or ".join(gates)
+    if params.get("support", "truncated") != "truncated":
+        name += " untruncated"
+    return name
 
 
 # ----------------------------------------------------------------------------------------------
@@ -231,7 +273,8 @@ def run_problem(unit: ProblemUnit, settings: dict) -> dict:
                 text=record["text"], correct=int(score.correct), extracted=score.extracted,
                 prompt_tokens=len(tokenizer(prompt).input_ids), new_tokens=record["new_tokens"],
                 rounds=record.get("rounds"), accepted=record.get("accepted"), draft_s=record.get("draft_s"),
-                verify_s=record.get("verify_s"), wall_s=record["wall_s"], exact=int(result["exact"]))
+                verify_s=record.get("verify_s"), wall_s=record["wall_s"], exact=int(result["exact"]),
+                calls=record.get("calls"))
 
 
 # ----------------------------------------------------------------------------------------------

@@ -61,7 +61,8 @@ class SpeculativeGenerator:
         self.rule, self.method, self.proposal, self.tokenizer = rule, method, proposal, tokenizer
         self.batch_size = int(batch_size)
         self.eos_token_ids = eos_token_ids(verifier.model, eos_token_id)
-        self.exact = isinstance(rule, Lossless) and (proposal == "point_mass" or drafter.exact_marginal)
+        # exact: a lossless rule against the sampled (truncated) target, and a proposal that is exact
+        self.exact = rule.lossless and (proposal == "point_mass" or drafter.exact_marginal)
 
     def generate(self, prompts, max_new_tokens: int = 256, generator: torch.Generator | None = None,
                  progress: bool = False, on_round=None) -> GenerationOutput:
@@ -120,8 +121,10 @@ class SpeculativeGenerator:
             sync()
             scored = time.perf_counter()
             draft_logits = None if self.proposal == "point_mass" else draft.probs.log()  # [b, B, V]
+            # support="untruncated": drafts are measured against p before top-p / top-k, [b, B, V]
+            untruncated = verifier.untruncated_logits()[:, :-1] if self.rule.support == "untruncated" else None
             result = verify(draft.tokens, draft_logits, target_logits, rule=self.rule, method=self.method,
-                            generator=generator, inputs="logits")
+                            generator=generator, inputs="logits", untruncated_probs=untruncated)
             accepted = result.num_accepted.tolist()  # per-row bookkeeping happens on the host
             checked = time.perf_counter()
             verifier.commit(result.num_accepted + 1)  # last committed + accepted drafted tokens stay cached

@@ -92,7 +92,13 @@ class Verifier:
             raw = torch.cat([o[0] for o in outputs], dim=1)  # [b, n, V]
             hidden = None if hidden_layers is None else torch.cat([o[1] for o in outputs], dim=1)
         check_finite(raw, "verifier", self.rounds)
+        self._last_raw = raw
         return sampling_logits(raw, self.temperature, self.top_p, self.top_k), hidden
+
+    def untruncated_logits(self) -> torch.Tensor:
+        """The last scored chunk's logits at the verifier's temperature, before top-p / top-k, [b, n, V]
+        (greedy at temperature 0): what a rule with support="untruncated" measures drafts against."""
+        return sampling_logits(self._last_raw, self.temperature)
 
     @torch.inference_mode()
     def commit(self, num_kept: torch.Tensor) -> None:

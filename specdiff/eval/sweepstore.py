@@ -8,14 +8,17 @@ Tables (schema version SCHEMA_VERSION, also in `PRAGMA user_version`; WAL mode):
 - `configurations(config_id, position, name, effort, params)`: one per grid point; `params` is JSON.
 - `results(config_id, problem_id, ...)` with UNIQUE (config_id, problem_id): the generated text,
   correctness, token counts (prompt and new), rounds, the accepted length of every round (JSON list),
-  draft / verify / wall seconds, whether the configuration is exact, when it was written.
+  draft / verify / wall seconds, whether the configuration is exact, when it was written, and (schema
+  version 2) `calls`: the verifier's and the drafter's forwards and tokens processed (JSON), the
+  noise-free cost axis (`specdiff frontier --cost calls`).
 - `artifacts(name, payload, written)`: results computed from the sweep (e.g. a calibration), JSON.
 
 A row is written in one transaction when its problem finishes, so a kill loses at most the problems
 in flight; UNIQUE makes a second write of the same (configuration, problem) a no-op.
 
-A file that is not this kind of store, has another schema version, or was written by other settings
-is refused when it opens (a `StoreError` naming what differs), so that two sweeps are never mixed.
+A version-1 store (no `calls`) is read as it is, and gains the column when a sweep opens it to write
+(its older rows keep `calls` NULL). A file that is not this kind of store, has a schema version this
+specdiff does not know, or was written by other settings is refused when it opens (a `StoreError` naming what differs), so that two sweeps are never mixed.
 """
 from __future__ import annotations
 
@@ -27,10 +30,12 @@ from pathlib import Path
 from specdiff.eval.store import StoreError, open_checked, settings_id
 
 KIND = "specdiff-sweep"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 FLAG = "--store"
-RESULT_COLUMNS = ("config_id", "problem_id", "problem_index", "text", "correct", "extracted", "prompt_tokens",
-                  "new_tokens", "rounds", "accepted", "draft_s", "verify_s", "wall_s", "exact", "written")
+V1_COLUMNS = ("config_id", "problem_id", "problem_index", "text", "correct", "extracted", "prompt_tokens",
+              "new_tokens", "rounds", "accepted", "draft_s", "verify_s", "wall_s", "exact", "written")
+RESULT_COLUMNS = V1_COLUMNS + ("calls",)
+COLUMNS_OF_VERSION = {"1": V1_COLUMNS, "2": RESULT_COLUMNS}
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS sweep_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS configurations (
@@ -53,6 +58,7 @@ CREATE TABLE IF NOT EXISTS results (
     wall_s REAL NOT NULL,
     exact INTEGER,
     written REAL NOT NULL,
+    calls TEXT,
     UNIQUE (config_id, problem_id)
 );
 CREATE TABLE IF NOT EXISTS artifacts (name TEXT PRIMARY KEY, payload TEXT NOT NULL, written REAL NOT NULL);
@@ -109,10 +115,11 @@ class SweepStore:
         if self.meta("kind") != KIND:
             self._refuse(f"is not a sweep store (kind {self.meta('kind')!r})")
         version = self.meta("schema_version")
-        if version != str(SCHEMA_VERSION):
-            self._refuse(f"has sweep schema version {version}; this specdiff reads version {SCHEMA_VERSION}")
+        if version not in COLUMNS_OF_VERSION:
+            self._refuse(f"has sweep schema version {version}; this specdiff reads versions "
+                         f"{', '.join(COLUMNS_OF_VERSION)}")
         columns = tuple(row[1] for row in self.connection.execute("PRAGMA table_info(results)"))
-        if columns != RESULT_COLUMNS:
+        if columns != COLUMNS_OF_VERSION[version]:
             self._refuse(f"has another results table (columns {columns})")
         if settings is not None and self.meta("settings_id") != settings_id(settings):
             stored = json.loads(self.meta("settings"))
@@ -120,6 +127,12 @@ class SweepStore:
             self._refuse(f"was written by another sweep configuration (differs in: {differ}); results of two "
                          "configurations are never mixed. Give this config its own store")
         self.connection.execute("PRAGMA journal_mode=WAL")
+        if settings is not None and version == "1":  # a sweep resumes a version-1 store: add the calls column
+            with self.connection:
+                self.connection.execute("ALTER TABLE results ADD COLUMN calls TEXT")
+                self.connection.execute("UPDATE sweep_meta SET value = ? WHERE key = 'schema_version'",
+                                        (str(SCHEMA_VERSION),))
+                self.connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     def _create(self, settings: dict, source: str) -> None:
         self.connection.execute("PRAGMA journal_mode=WAL")
@@ -154,6 +167,7 @@ class SweepStore:
     def put(self, row: dict) -> bool:
         """Writes one (configuration, problem) row; False (nothing written) if it was already there."""
         values = dict(row, accepted=json.dumps(row.get("accepted")) if row.get("accepted") is not None else None,
+                      calls=json.dumps(row["calls"], sort_keys=True) if row.get("calls") is not None else None,
                       written=time.time())
         try:
             with self.connection:
@@ -172,6 +186,7 @@ class SweepStore:
         for r in rows:
             record = dict(r)
             record["accepted"] = json.loads(record["accepted"]) if record["accepted"] is not None else None
+            record["calls"] = json.loads(record["calls"]) if record.get("calls") is not None else None
             out.append(record)
         return out
 

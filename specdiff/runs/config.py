@@ -3,7 +3,8 @@ speed bench, the sweeps and the lm-eval backend share.
 
 A `RunConfig` names the drafter (a kind, a zoo name or a local path; None for plain autoregressive
 decoding of the verifier), its effort (K steps or threshold tau), the leniency rule and its
-leniency, the verification method, the proposal mode, the block size B, the batch size, and
+leniency (with Typical's delta, an optional gate on the verifier's top-1 mass or entropy, and the
+support the drafts are measured against), the verification method, the proposal mode, the block size B, the batch size, and
 optionally the verifier's sampling settings (`sampling`: temperature, top_p, top_k; temperature 0
 is greedy). `make_rule` turns a rule's name and leniency into an acceptance rule;
 `run_config_from_args` builds a RunConfig from the generation flags, after `check_generation_args`.
@@ -12,7 +13,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-RULES = ("lossless", "linear", "tv", "cactus")
+RULES = ("lossless", "linear", "tv", "cactus", "typical")
+SUPPORTS = ("truncated", "untruncated")
 
 
 @dataclass
@@ -25,7 +27,11 @@ class RunConfig:
     order: str | None = None  # None: the drafter's default
     prefix_cache: bool | str = False
     rule: str = "lossless"
-    leniency: float = 0.0  # lam, eps or delta
+    leniency: float = 0.0  # lam, eps, delta, or Typical's epsilon
+    typical_delta: float | None = None  # Typical's delta; None: sqrt(epsilon)
+    gate_top: float | None = None  # Gated: the rule only where the verifier's top-1 mass <= this
+    gate_entropy: float | None = None  # Gated: ... or where its entropy >= this (nats)
+    support: str = "truncated"  # or "untruncated": drafts measured before top-p / top-k
     method: str = "token"
     proposal: str = "marginal"
     block_size: int = 8
@@ -37,19 +43,27 @@ class RunConfig:
         return asdict(self)
 
 
-def make_rule(rule: str, leniency: float = 0.0):
-    """"lossless" | "linear" (lam) | "tv" (eps) | "cactus" (delta) -> an acceptance rule."""
-    from specdiff.acceptance import Cactus, Linear, Lossless, TVBudget
+def make_rule(rule: str, leniency: float = 0.0, typical_delta: float | None = None, gate_top: float | None = None,
+              gate_entropy: float | None = None, support: str = "truncated"):
+    """"lossless" | "linear" (lam) | "tv" (eps) | "cactus" (delta) | "typical" (epsilon, typical_delta)
+    -> an acceptance rule with that support, wrapped in `Gated` when gate_top or gate_entropy is given."""
+    from specdiff.acceptance import Cactus, Gated, Linear, Lossless, TVBudget, Typical
 
-    if rule == "lossless":
-        return Lossless()
-    if rule == "linear":
-        return Linear(leniency)
-    if rule == "tv":
-        return TVBudget(leniency)
-    if rule == "cactus":
-        return Cactus(leniency)
-    raise ValueError(f"unknown rule {rule!r}: expected one of {RULES}")
+    builders = {"lossless": lambda: Lossless(support=support), "linear": lambda: Linear(leniency, support=support),
+                "tv": lambda: TVBudget(leniency, support=support), "cactus": lambda: Cactus(leniency, support=support),
+                "typical": lambda: Typical(leniency, typical_delta, support=support)}
+    if rule not in builders:
+        raise ValueError(f"unknown rule {rule!r}: expected one of {RULES}")
+    inner = builders[rule]()
+    if gate_top is None and gate_entropy is None:
+        return inner
+    return Gated(inner, max_top=gate_top, min_entropy=gate_entropy)
+
+
+def config_rule(config: RunConfig):
+    """The acceptance rule of a RunConfig."""
+    return make_rule(config.rule, config.leniency, config.typical_delta, config.gate_top, config.gate_entropy,
+                     config.support)
 
 
 def check_generation_args(args) -> None:
@@ -65,6 +79,15 @@ def check_generation_args(args) -> None:
         raise ValueError(f"--leniency (lam) must be in [0, 1] for the linear rule, got {args.leniency}")
     if args.leniency < 0:
         raise ValueError(f"--leniency must be >= 0, got {args.leniency}")
+    gate_top, gate_entropy = getattr(args, "gate_top", None), getattr(args, "gate_entropy", None)
+    if gate_top is not None and not 0 <= gate_top <= 1:
+        raise ValueError(f"--gate-top must be in [0, 1], got {gate_top}")
+    if gate_entropy is not None and gate_entropy < 0:
+        raise ValueError(f"--gate-entropy must be >= 0, got {gate_entropy}")
+    if getattr(args, "typical_delta", None) is not None and (args.rule != "typical" or args.typical_delta < 0):
+        raise ValueError(f"--typical-delta is Typical's delta (>= 0, with --rule typical), got {args.typical_delta}")
+    if getattr(args, "support", "truncated") not in SUPPORTS:
+        raise ValueError(f"--support must be one of {SUPPORTS}, got {args.support!r}")
 
 
 def run_config_from_args(args, name: str = "cli") -> RunConfig:
@@ -74,4 +97,6 @@ def run_config_from_args(args, name: str = "cli") -> RunConfig:
     return RunConfig(name, drafter=args.drafter, verifier=args.verifier, steps=args.steps, threshold=args.threshold,
                      order=args.order, prefix_cache=prefix_cache, rule=args.rule, leniency=args.leniency,
                      method=args.method, proposal=args.proposal, block_size=args.block_size,
-                     batch_size=args.batch_size)
+                     batch_size=args.batch_size, typical_delta=getattr(args, "typical_delta", None),
+                     gate_top=getattr(args, "gate_top", None), gate_entropy=getattr(args, "gate_entropy", None),
+                     support=getattr(args, "support", "truncated"))

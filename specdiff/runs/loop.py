@@ -11,8 +11,9 @@ from __future__ import annotations
 import statistics
 import time
 
+from specdiff.lm.counting import count_forwards
 from specdiff.progress import progress as progress_bar
-from specdiff.runs.config import RunConfig, make_rule
+from specdiff.runs.config import RunConfig, config_rule
 from specdiff.runs.model_cache import ModelCache
 
 
@@ -27,7 +28,7 @@ def build_generator(config: RunConfig, cache: ModelCache):
     options = drafter_options(cache.kind(config.drafter), config)
     drafter = cache.get(config.drafter, "drafter", verifier=verifier, **options)
     return SpeculativeGenerator(drafter, verifier, block_size=config.block_size,
-                                rule=make_rule(config.rule, config.leniency), method=config.method,
+                                rule=config_rule(config), method=config.method,
                                 proposal=config.proposal, tokenizer=cache.tokenizer(config.verifier),
                                 drafter_tokenizer=cache.tokenizer(config.drafter), batch_size=config.batch_size)
 
@@ -54,10 +55,14 @@ def run_config(config: RunConfig, prompts: list[str], targets: list[str] | None,
                                                                    generator)
             exact = True
         else:
-            out = build_generator(config, cache).generate(chunk, max_new_tokens=max_new_tokens, generator=generator)
+            speculative = build_generator(config, cache)
+            with count_forwards(speculative.verifier.model) as verifier_calls, \
+                    count_forwards(getattr(speculative.drafter, "model", None)) as drafter_calls:
+                out = speculative.generate(chunk, max_new_tokens=max_new_tokens, generator=generator)
             chunk_texts, seconds = out.texts, out.summary.wall_s
+            calls = {**verifier_calls.as_dict("verifier"), **drafter_calls.as_dict("drafter"), "rows": len(chunk)}
             chunk_records = [dict(new_tokens=s.new_tokens, rounds=s.rounds, accepted=s.accepted, wall_s=s.wall_s,
-                                  draft_s=s.draft_s, verify_s=s.verify_s) for s in out.stats]
+                                  draft_s=s.draft_s, verify_s=s.verify_s, calls=calls) for s in out.stats]
             rounds += out.summary.rounds
             accepted += sum(sum(s.accepted) for s in out.stats)
             drafted += sum(s.rounds * s.block_size for s in out.stats)
@@ -102,10 +107,13 @@ def _autoregressive(config: RunConfig, prompts: list[str], cache: ModelCache, to
     verifier = cache.get(config.verifier, "verifier", **config.sampling)
     rows = [tokenizer(p).input_ids for p in prompts]
     begin = time.perf_counter()
-    ids, seconds = autoregressive_generate(verifier.model, rows, max_new_tokens, eos_token_ids(verifier.model, None),
-                                           verifier.temperature, verifier.top_p, verifier.top_k, generator,
-                                           pad_token_id=verifier.model.config.pad_token_id or 0)
+    with count_forwards(verifier.model) as verifier_calls:
+        ids, seconds = autoregressive_generate(verifier.model, rows, max_new_tokens,
+                                               eos_token_ids(verifier.model, None), verifier.temperature,
+                                               verifier.top_p, verifier.top_k, generator,
+                                               pad_token_id=verifier.model.config.pad_token_id or 0)
     wall = time.perf_counter() - begin
     texts = [tokenizer.decode(row, skip_special_tokens=True) for row in ids]
-    records = [dict(new_tokens=len(row), wall_s=seconds) for row in ids]
+    calls = {**verifier_calls.as_dict("verifier"), "drafter_forwards": 0, "drafter_tokens": 0, "rows": len(prompts)}
+    records = [dict(new_tokens=len(row), wall_s=seconds, calls=calls) for row in ids]
     return texts, records, wall

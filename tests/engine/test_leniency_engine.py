@@ -1,0 +1,123 @@
+"""Issue 22's rules where today's rules go: the engine, `--rule`/`--gate-*`/`--support` and the sweep TOML."""
+import json
+
+import pytest
+import torch
+
+import specdiff as sd
+from specdiff.cli import main
+
+
+@pytest.fixture(scope="module")
+def pair():
+    from specdiff import zoo
+
+    tok = zoo.tokenizer()
+    verifier = sd.Verifier(zoo.load("verifier"), temperature=0.7, top_p=0.8, top_k=20)
+    drafter = sd.MaskedDiffusionDrafter(zoo.load("masked-drafter"), steps=2, tokenizer=tok)
+    return tok, verifier, drafter
+
+
+PROMPTS = ["There are 12 rocks in each of the 7 bags that Omar has. He uses 31 rocks. How many rocks are left?\n",
+           "Ana has 5 pens and buys 9 more. How many pens does she have?\n"]
+
+
+def _generate(pair, rule, seed=0):
+    tok, verifier, drafter = pair
+    gen = sd.SpeculativeGenerator(drafter, verifier, block_size=8, rule=rule, tokenizer=tok, proposal="point_mass")
+    return gen, gen.generate(PROMPTS, max_new_tokens=40, generator=torch.Generator().manual_seed(seed))
+
+
+def test_a_closed_gate_runs_lossless_draw_for_draw_and_an_open_one_runs_the_inner_rule(pair):
+    _, lossless = _generate(pair, sd.Lossless())
+    gen, closed = _generate(pair, sd.Gated(sd.Linear(0.5), max_top=0.0))
+    assert closed.token_ids == lossless.token_ids and gen.exact is False
+    _, linear = _generate(pair, sd.Linear(0.5))
+    _, opened = _generate(pair, sd.Gated(sd.Linear(0.5), max_top=1.0))
+    assert opened.token_ids == linear.token_ids
+
+
+def test_typical_and_untruncated_rules_run_in_the_engine_and_are_not_called_exact(pair):
+    for rule in (sd.Typical(0.09), sd.Linear(0.2, support="untruncated"), sd.Lossless(support="untruncated"),
+                 sd.Gated(sd.Cactus(1.0, support="untruncated"), min_entropy=0.5)):
+        gen, out = _generate(pair, rule)
+        assert not gen.exact and not out.summary.exact
+        assert all(len(ids) > 0 for ids in out.token_ids)
+        assert all(s.new_tokens <= 40 for s in out.stats)
+
+
+def test_untruncated_lossless_accepts_tokens_outside_the_nucleus(pair):
+    """Lossless against the untruncated p accepts, on average, at least as much as against the truncated one
+    for the point-mass proposal (p_u(y) >= p(y) off the nucleus, where truncated p(y) = 0)."""
+    _, truncated = _generate(pair, sd.Lossless())
+    _, untruncated = _generate(pair, sd.Lossless(support="untruncated"))
+    assert untruncated.summary.acceptance_rate >= truncated.summary.acceptance_rate - 0.05
+
+
+def test_the_generation_flags_take_the_new_rules(capsys):
+    argv = ["generate", "--json", "--drafter", "masked", "-K", "2", "--max-new-tokens", "16", "--rule", "typical",
+            "--leniency", "0.09", "--gate-top", "0.9", "--support", "untruncated", "1 + 2 = ?\\n"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["exact"] is False and out["config"]["gate_top"] == 0.9 and out["config"]["support"] == "untruncated"
+    assert main(["generate", "--rule", "linear", "--leniency", "0.1", "--gate-top", "1.5", "x"]) == 2
+    assert "--gate-top must be in [0, 1]" in capsys.readouterr().err
+    assert main(["generate", "--rule", "linear", "--typical-delta", "0.3", "x"]) == 2
+    assert "--typical-delta" in capsys.readouterr().err
+
+
+def test_make_rule_builds_gated_typical_and_supports():
+    from specdiff.runs import make_rule
+
+    assert make_rule("typical", 0.09) == sd.Typical(0.09)
+    assert make_rule("linear", 0.1, gate_top=0.9) == sd.Gated(sd.Linear(0.1), max_top=0.9)
+    assert make_rule("cactus", 2.0, gate_entropy=0.5, support="untruncated") == sd.Gated(
+        sd.Cactus(2.0, support="untruncated"), min_entropy=0.5)
+    assert make_rule("lossless", support="untruncated") == sd.Lossless(support="untruncated")
+
+
+def test_the_sweep_grid_expands_gates_and_support_and_keeps_old_ids(tmp_path):
+    from sweep_helpers import TINY_CONFIG
+
+    from specdiff.commands.sweep import load_config
+
+    base = TINY_CONFIG.format(problems=2, steps=[1, 4])
+    old = tmp_path / "old.toml"
+    old.write_text(base)
+    new = tmp_path / "new.toml"
+    new.write_text(base.replace('rule = ["linear"]', 'rule = ["linear", "typical"]\ntypical_epsilon = [0.09]\n'
+                                'gate_top = [1.0, 0.9]\nsupport = ["truncated", "untruncated"]'))
+    _, old_configs, _ = load_config(old)
+    _, new_configs, _ = load_config(new)
+    old_ids = {c["config_id"] for c in old_configs}
+    new_ids = {c["config_id"] for c in new_configs}
+    assert old_ids <= new_ids  # ungated, truncated points keep their ids
+    names = [c["name"] for c in new_configs]
+    assert any("gated top<=0.9" in n and "untruncated" in n for n in names)
+    assert any(n.split()[1] == "typical" for n in names)
+    # linear: 2 lam x 2 gates x 2 supports; typical: 1 x 2 x 2; times 2 efforts x 1 block size
+    assert len(new_configs) == (2 * 2 * 2 + 1 * 2 * 2) * 2
+    for config in new_configs:
+        from specdiff.runs import RunConfig
+        from specdiff.runs.config import config_rule
+
+        config_rule(RunConfig(name="x", **config["params"]))  # every point builds a rule
+
+
+def test_bench_leniency_tunes_on_validation_and_reports_held_out_ratios(capsys):
+    argv = ["bench", "leniency", "--json", "--steps", "1", "--tune-problems", "2", "--problems", "3", "--repeats", "2",
+            "--max-new-tokens", "24", "--first-problem", "5", "--seed", "3"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    for key in ("chosen", "lossless", "accuracy_lossless", "accuracy_lenient", "tokens_per_call_ratio",
+                "throughput_ratio", "priced_throughput_ratio"):
+        assert key in out, key
+    for key in ("tokens_per_call_ratio", "throughput_ratio", "priced_throughput_ratio", "accuracy_difference"):
+        low, high = out[f"{key}_95"]
+        assert low <= high
+    assert out["test_problems"] == [5, 8] and len(out["throughput_ratios_per_repeat"]) == 2
+    names = [row["config"]["name"] for row in out["tuning"]]
+    assert len(names) == 10 and names[0] == "K=1 lossless"  # lossless + the 9 candidates at K = 1
+    assert out["chosen"] in names and out["lossless"] in names
+    if out["no_lenient_rule_qualified"]:
+        assert out["chosen"] == out["lossless"] and out["tokens_per_call_ratio"] == 1.0
