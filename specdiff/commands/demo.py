@@ -74,6 +74,8 @@ def _masked_configs():
         RunConfig("masked K=4 B=16", steps=4, block_size=16, **masked),
         RunConfig("masked K=4 B=16 point mass", steps=4, block_size=16, proposal="point_mass", **masked),
         RunConfig("masked K=4 B=16 Linear(0.1)", steps=4, block_size=16, rule="linear", leniency=0.1, **masked),
+        # Medusa's typical acceptance: lenient only where the verifier finds the draft plausible (docs/leniency.md)
+        RunConfig("masked K=4 B=16 Typical(0.09)", steps=4, block_size=16, rule="typical", leniency=0.09, **masked),
         RunConfig("masked K=2 B=8 Linear(0.2)", steps=2, block_size=8, rule="linear", leniency=0.2, **masked),
         RunConfig("masked K=1 B=8 Linear(0.3)", steps=1, block_size=8, rule="linear", leniency=0.3, **masked),
     ]
@@ -216,8 +218,9 @@ def _print_table(out: dict) -> None:
     console.print(table)
     if "plot" in out:
         console.print(f"plot: {out['plot']}")
-    console.print("Lossless rows keep the verifier's accuracy; leniency buys acceptance and costs accuracy "
-                  "unless effort K rises with it (docs/engine.md).")
+    console.print("Lossless rows keep the verifier's accuracy; Linear leniency buys acceptance and costs accuracy "
+                  "unless effort K rises with it (docs/engine.md); Typical accepts only drafts the verifier finds "
+                  "plausible and keeps it (docs/leniency.md).")
 
 
 def _check_writable(path: str) -> None:
