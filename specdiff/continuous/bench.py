@@ -49,7 +49,7 @@ import torch
 from specdiff.eval.runner import cpu_cores, execute, exit_with_parent, pending
 from specdiff.eval.statistics import run_to_run_spread
 
-__all__ = ["run_bench", "grid_units", "Unit", "canonical_key", "CallClock", "markdown_table", "plot_speedup",
+__all__ = ["run_bench", "grid_units", "Unit", "canonical_key", "sweep_name", "CallClock", "markdown_table", "plot_speedup",
            "write_json", "run_to_run_spread", "target_checks", "exit_with_parent", "METHODS", "ALL_METHODS", "DRAFTERS",
            "DEFAULT_DB"]
 
@@ -387,7 +387,7 @@ def run_bench(
     {...}, "proposition_3_4": [...] (with the Frozen drafter), "frozen_vs_free": [...] (with both: Table 4
     and the corollary), "config": {...}, "wall_seconds": ...}."""
     from specdiff.continuous.drafter_comparison import compare_drafters, proposition_3_4
-    from specdiff.eval.store import ResultStore, settings_id
+    from specdiff.eval.store import ResultStore
 
     if model_call not in ("eager", "traced"):
         raise ValueError(f"run_bench: model_call must be 'eager' or 'traced', got {model_call!r}")
@@ -400,9 +400,7 @@ def run_bench(
     settings = dict(draft_length=draft_length, num_timing=num_timing, fd_samples=fd_samples,
                     ddpm_fd_seeds=ddpm_fd_seeds, model_call=model_call, threads=threads, seed=seed,
                     weights=weights)
-    # the sweep's id keeps the entry drafter="free" of the stores written before the drafter was part of
-    # each unit's key (it names the drafter of their keys, canonical_key): those stores resume
-    sweep = "continuous-bench/" + settings_id(dict(settings, drafter=LEGACY_DRAFTER))
+    sweep = sweep_name(settings)
     store = ResultStore(db)
     if fresh:
         store.forget(sweep)
@@ -436,6 +434,15 @@ def run_bench(
         "wall_seconds": time.perf_counter() - start,
         "unit_seconds": {key: value["unit_seconds"] for key, value in results.items()},
     }
+
+
+def sweep_name(settings: dict) -> str:
+    """The store's name for a grid's settings (draft length, timing and FD sizes, model call, threads, seed,
+    weights). It keeps the entry drafter="free" that stores written before the drafter was part of each
+    unit's key were named with (it is the drafter of their keys, canonical_key), so that they resume."""
+    from specdiff.eval.store import settings_id
+
+    return "continuous-bench/" + settings_id(dict(settings, drafter=LEGACY_DRAFTER))
 
 
 def check_drafters(drafters) -> tuple:
