@@ -102,14 +102,15 @@ def test_frozen_units_count_one_drafting_call_per_drafting_round(tmp_path):
     assert set(payloads) == {u.key for u in grid_units((6,), (0.5,), (), 0, 2, 2, ("free", "frozen"))}
     for key, payload in payloads.items():
         ddpm = payload["methods"]["DDPM"]
-        assert ddpm["calls"] == [6, 6] and ddpm["drafting_calls"] == [0, 0] and ddpm["rounds"] == [6.0, 6.0]
+        assert len(ddpm["calls"]) == 1  # one timed sample per share
+        assert ddpm["calls"] == [6] and ddpm["drafting_calls"] == [0] and ddpm["rounds"] == [6.0]
         for record in payload["methods"]["churn=0.5"].values():
             rounds = [int(r) for r in record["rounds"]]
             assert record["calls"] == [r + n for r, n in zip(rounds, record["drafting_calls"])]
             if "drafter=frozen" in key:
                 assert all(r - 1 <= n <= r for r, n in zip(rounds, record["drafting_calls"]))
             else:
-                assert record["drafting_calls"] == [1, 1]
+                assert record["drafting_calls"] == [1]
             for total, calls, drafting in zip(record["seconds"], record["call_seconds"], record["drafting_call_seconds"]):
                 assert 0 < drafting < calls < total
     for row in result["rows"]:
@@ -221,6 +222,9 @@ def test_proposition_3_4_and_the_corollary_fields():
     assert r["corollary"]["block_efficiency_ratio"] == pytest.approx(1.4)
     assert r["corollary"]["ideal_break_even"] == 2.0 and r["corollary"]["ideal_prediction"] == "free"
     assert r["corollary"]["measured_break_even"] == pytest.approx(14.0 / 10.5)  # Frozen's round over Free's
+    slower_ddpm = [dict(row, round_costs=_costs(0.0, 8.0, 1.0)) if row["method"] == "DDPM" and row["drafter"] == "frozen"
+                   else row for row in ROWS]  # load doubled DDPM's step in the Frozen units: their rounds count half
+    assert compare_drafters(slower_ddpm)[0]["corollary"]["measured_break_even"] == pytest.approx((14.0 / 9.0) / (10.5 / 4.5))
     assert r["corollary"]["measured_prediction"] == "frozen"  # 1.4 > 1.33: the round costs say Frozen; the medians did not
     assert b["corollary"]["measured_prediction"] == "free"  # 1.3 < 1.33
     assert r["ddpm_median_seconds"] == {"frozen": 1.0, "free": 1.0}
