@@ -79,12 +79,16 @@ def register(subparsers) -> None:
     p.add_argument("--num-samples", type=at_least_two, default=2000)
     p.set_defaults(handler=_eval)
 
-    p = sub.add_parser("bench", help="Table 2 analog on the digits model: speedup, block efficiency, FD")
+    p = sub.add_parser("bench", help="Table 2 (and, with --drafters free frozen, Table 4) analog on the digits model: "
+                                     "speedup, block efficiency, FD")
     p.add_argument("--quick", action="store_true", help="K in {50, 100, 250} and FD batches of 128")
     p.add_argument("--steps", type=positive_int, nargs="+", default=None,
                    help="K values (default 50 100 250 500 1000)")
     p.add_argument("--churns", type=unit_interval, nargs="+", default=[0.25, 0.5], help="churns in [0, 1]")
     p.add_argument("--gamma", type=positive_int, default=7)
+    p.add_argument("--drafters", choices=("free", "frozen"), nargs="+", default=["free"],
+                   help="drafters to bench, each on the whole grid (default free; 'free frozen' adds the second "
+                        "paper's Table 4, Proposition 3.4 and its corollary; the paper's Table 4 is at --churns 1.0)")
     p.add_argument("--num-timing", type=positive_int, default=50, help="single samples timed per method (median)")
     p.add_argument("--fd-samples", type=fd_samples, default=None,
                    help="batch size for the Frechet distance (default 256; 0: none)")
@@ -354,7 +358,7 @@ def _bench(args) -> int:
         fd_samples=fd_samples, fd_steps=args.fd_steps, ddpm_fd_seeds=args.ddpm_fd_seeds,
         model_call=args.model_call, workers=args.workers, threads=args.threads, seed=args.seed,
         weights=args.weights, db=args.db or DEFAULT_DB, fresh=args.fresh, executor=args.executor,
-        progress=not args.json, on_unit=report, timing_parts=args.timing_parts,
+        progress=not args.json, on_unit=report, timing_parts=args.timing_parts, drafters=args.drafters,
     )
     if args.out_json:
         write_json(result, args.out_json)

@@ -55,7 +55,7 @@ def test_killed_bench_keeps_finished_units_and_resumes_without_duplicates(tmp_pa
     assert count == 5
 
     table = markdown_table(result)
-    assert table.count("\n") == 2 + len(result["rows"]) and "| 0.5 | 4 | B |" in table
+    assert table.count("\n") == 2 + len(result["rows"]) and "| free | 0.5 | 4 | B |" in table
     rows = result["rows"]
     assert [(r["steps"], r["method"]) for r in rows] == [(k, m) for k in (4, 6) for m in ALL_METHODS]
     for row in rows:
