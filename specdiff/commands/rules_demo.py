@@ -63,11 +63,12 @@ def short_name(rule) -> str:
     import dataclasses
 
     name = type(rule).__name__
-    values = [getattr(rule, field.name) for field in dataclasses.fields(rule) if field.name != "solver"]
-    if not values:
-        return name
+    values = [getattr(rule, field.name) for field in dataclasses.fields(rule) if field.name not in ("solver", "support")]
     solver = "-taylor" if getattr(rule, "solver", "newton") == "taylor" else ""
-    return f"{name}{solver}({values[0]:g})"
+    support = "-untruncated" if getattr(rule, "support", "truncated") == "untruncated" else ""
+    if not values:
+        return name + support
+    return f"{name}{solver}{support}({values[0]:g})"
 
 
 ROW_ELEMENTS = 1 << 21  # rows x (B+1) x V per verify() call: memory stays flat in --samples and --vocab
