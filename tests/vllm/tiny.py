@@ -38,16 +38,17 @@ def pair(root: Path, vocab: int = 8, logit_scale: float = 1.5, seed: int = 0) ->
     return paths
 
 
-def masked_drafter(root: Path, target_path: Path, vocab: int = 8) -> Path:
+def masked_drafter(root: Path, target_path: Path, vocab: int = 8, role: str = "masked-drafter") -> Path:
     """A Dream-style masked diffusion drafter (bidirectional, shifted logits, mask id vocab - 1) that
-    starts from the target's weights, saved under root with specdiff's zoo role."""
+    starts from the target's weights, saved under root with specdiff's zoo role (masked-drafter, or
+    block-drafter: the same weights run block-causally by BlockDiffusionDrafter)."""
     from transformers import AutoModelForCausalLM
 
     model = qwen3(vocab, 2, 7, 1.5, bidirectional=True)
     model.load_state_dict(AutoModelForCausalLM.from_pretrained(target_path).state_dict())
-    path = root / "masked"
+    path = root / role
     model.save_pretrained(path)
     config = json.loads((path / "config.json").read_text())
-    config["specdiff_role"] = "masked-drafter"
+    config["specdiff_role"] = role
     (path / "config.json").write_text(json.dumps(config, indent=2))
     return path
