@@ -236,7 +236,8 @@ def _install_v2() -> None:
                                         expanded_idx_mapping, expanded_local_pos, temperature, seed,
                                         num_speculative_steps, *args, **kwargs)
         rules = getattr(_batch, "rules", None)
-        if not rules or all(rule is None for rule in rules) or kwargs.get("synthetic_conditional_rates") is not None:
+        synthetic = args[0] if args else kwargs.get("synthetic_conditional_rates")
+        if not rules or all(rule is None for rule in rules) or synthetic is not None:
             return sampled, num_sampled
         return _relax_v2(sampled, num_sampled, target_logits, draft_logits, draft_sampled, cu_num_logits,
                          idx_mapping, temperature, rules, _batch.method)
@@ -247,9 +248,11 @@ def _install_v2() -> None:
 def _relax_v2(sampled, num_sampled, target_logits, draft_logits, draft_sampled, cu_num_logits, idx_mapping,
               temperature, rules, method):
     """V2's layout -> V1's: request r has logits rows cu[r]..cu[r+1]-1, n_r + 1 of them (the drafted
-    positions, then the bonus row); row cu[r] + i + 1 carries drafted token i. Temperature is applied
-    here (V2's kernels apply it themselves); draft logits are [max_num_reqs, K, V] pre-temperature.
-    The bonus token is drawn from the unrelaxed p of the bonus row."""
+    positions, then the bonus row); draft_sampled[cu[r] + i + 1] is drafted token i (as V2's
+    _rejection_kernel reads it). The target logits arrive processed (temperature, top-k, top-p applied
+    by Sampler.apply_sampling_params); the draft logits are [max_num_reqs, K, V] pre-temperature, so q is
+    softmax(draft logits / T). A lenient row's bonus token is drawn here from the unrelaxed p of its
+    bonus row. Not exercised by the CPU tests (V2 needs Triton): see docs/vllm.md."""
     cu = cu_num_logits.tolist()
     num_reqs = len(cu) - 1
     vocab = target_logits.shape[-1]
@@ -260,7 +263,7 @@ def _relax_v2(sampled, num_sampled, target_logits, draft_logits, draft_sampled, 
     for r in range(num_reqs):
         n, start = counts[r], cu[r]
         scale = 1.0 if bool(greedy[r]) else float(temp[r])
-        rows = target_logits[start : start + n + 1].float() / scale
+        rows = target_logits[start : start + n + 1].float()
         target_rows.append(rows[:n])
         draft_rows.append(draft_sampled[start + 1 : start + n + 1])
         probs = rows[n].softmax(-1)
