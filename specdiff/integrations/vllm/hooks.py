@@ -39,7 +39,8 @@ import threading
 import torch
 
 from specdiff.integrations.vllm.sampling import relaxed_rejection_sample
-from specdiff.integrations.vllm.settings import RuleSetting, engine_rule, engine_settings, request_override, request_rule
+from specdiff.integrations.vllm.settings import (RuleSetting, SpecdiffConfigError, engine_rule, engine_settings,
+                                                 request_override, request_rule)
 
 log = logging.getLogger("specdiff.integrations.vllm")
 
@@ -79,12 +80,23 @@ def _install_config_checks() -> None:
 
     EngineArgs.create_engine_config = create_engine_config
 
+    from vllm.exceptions import VLLMValidationError
+
+    class SpecdiffRequestError(SpecdiffConfigError, VLLMValidationError):
+        """A bad override in a request's extra_args: a ValueError, and to vLLM's server a 400."""
+
+        def __init__(self, message):
+            VLLMValidationError.__init__(self, message, parameter="extra_args")
+
     validate = InputProcessor._validate_params
 
     def _validate_params(self, params, *args, **kwargs):
         extra_args = getattr(params, "extra_args", None)
         if extra_args:
-            request_override(extra_args)
+            try:
+                request_override(extra_args)
+            except SpecdiffConfigError as error:
+                raise SpecdiffRequestError(str(error)) from None
         return validate(self, params, *args, **kwargs)
 
     InputProcessor._validate_params = _validate_params
