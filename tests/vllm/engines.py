@@ -54,6 +54,18 @@ def per_position(delta) -> list[float]:
     return [count / max(delta["drafts"], 1) for count in delta["per_pos"]]
 
 
+def assert_greedy(model, prompt, tokens) -> None:
+    """Each token vLLM emitted at temperature 0 is the target's argmax after the tokens before it, up to
+    float32 rounding between vLLM's and transformers' kernels (a logit within 1e-3 of the maximum)."""
+    import torch
+
+    ids = torch.tensor([list(prompt) + list(tokens)])
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0, len(prompt) - 1:-1]  # [T, V]
+    picked = logits.gather(-1, torch.tensor(tokens)[:, None]).squeeze(-1)
+    assert bool((picked >= logits.max(dim=-1).values - 1e-3).all()), (tokens, logits.argmax(-1).tolist())
+
+
 def main(spec_path: str) -> None:
     """Without specdiff's plugin (VLLM_PLUGINS=none): greedy spec-decode tokens and plain sampled tokens."""
     from vllm import SamplingParams

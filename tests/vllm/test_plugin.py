@@ -238,3 +238,24 @@ def test_probabilistic_drafts_relax_towards_q(probabilistic, hf, lam):
     if lam == 1.0:
         assert delta["accepted"] == delta["draft_tokens"] > 0
     _assert_law(rows, law, f"probabilistic Linear({lam})")
+
+
+@pytest.mark.parametrize("method", ["ngram", "block"])
+def test_other_methods(pair, hf, method):
+    """ngram drafting (no draft probabilities: point mass) and rejection_sample_method="block" (vLLM's V1
+    runner has no block kernel and verifies token by token; lenient requests are verified by specdiff's
+    block rule): Lossless greedy tokens are the target's argmax, and Linear(1) accepts every draft."""
+    if method == "ngram":
+        spec = {"method": "ngram", "num_speculative_tokens": engines.B, "prompt_lookup_max": 2, "prompt_lookup_min": 1}
+    else:
+        spec = {**engines.draft_model(pair[1]), "rejection_sample_method": "block"}
+    llm = engines.llm(pair[0], spec, {"specdiff": {"rule": "lossless"}})
+    try:
+        prompts = [[1, 2, 3, 1, 2, 3, 1, 2], [3, 1, 0, 2, 3, 1, 0]]
+        greedy, _ = engines.generate(llm, prompts, _params(temperature=0, max_tokens=10))
+        _, delta = engines.generate(llm, prompts * 16, _params("linear", 1.0, max_tokens=10))
+        assert delta["draft_tokens"] > 0 and delta["accepted"] == delta["draft_tokens"]
+    finally:
+        del llm
+    for prompt, tokens in zip(prompts, greedy):
+        engines.assert_greedy(hf[0], prompt, tokens)

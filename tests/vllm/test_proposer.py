@@ -51,16 +51,6 @@ def target_model(paths):
     return AutoModelForCausalLM.from_pretrained(paths[0], dtype=torch.float32).eval()
 
 
-def _assert_greedy(model, prompt, tokens):
-    """Each token vLLM emitted at temperature 0 is the target's argmax after the tokens before it, up to
-    float32 rounding between vLLM's and transformers' kernels (a logit within 1e-3 of the maximum)."""
-    ids = torch.tensor([prompt + tokens])
-    with torch.no_grad():
-        logits = model(input_ids=ids).logits[0, len(prompt) - 1:-1]  # [T, V]
-    picked = logits.gather(-1, torch.tensor(tokens)[:, None]).squeeze(-1)
-    assert bool((picked >= logits.max(dim=-1).values - 1e-3).all()), (tokens, logits.argmax(-1).tolist())
-
-
 def test_masked_proposer_is_exact_under_lossless(paths, target_model):
     llm = engines.llm(paths[0], _spec(), {"specdiff": {"drafter": str(paths[1]), "steps": 2, "seed": 0}})
     try:
@@ -76,7 +66,7 @@ def test_masked_proposer_is_exact_under_lossless(paths, target_model):
         tv, pvalue = total_variation_to(counts, exact), chi_square_pvalue(counts, exact)
         assert tv <= TV_TOLERANCE and pvalue >= CHI2_MIN_PVALUE, (tv, pvalue)
         greedy, _ = engines.generate(llm, [PROMPT], SamplingParams(temperature=0, max_tokens=12, ignore_eos=True))
-        _assert_greedy(target_model, PROMPT, greedy[0])
+        engines.assert_greedy(target_model, PROMPT, greedy[0])
         # a lenient request on the same engine: Linear(1) with point-mass q accepts every draft
         _, delta = engines.generate(llm, [PROMPT] * 32, SamplingParams(
             temperature=1.0, max_tokens=8, ignore_eos=True, extra_args={"specdiff": {"rule": "linear", "leniency": 1.0}}))
@@ -91,7 +81,7 @@ def test_block_proposer_with_a_threshold(paths, target_model):
         prompts = [PROMPT, [3, 1, 0, 2]]
         greedy, delta = engines.generate(llm, prompts, SamplingParams(temperature=0, max_tokens=10, ignore_eos=True))
         for prompt, tokens in zip(prompts, greedy):
-            _assert_greedy(target_model, prompt, tokens)
+            engines.assert_greedy(target_model, prompt, tokens)
         assert delta["drafts"] > 0
     finally:
         del llm
