@@ -77,6 +77,7 @@ def build_models(root: Path, vocab: int = 512, seed: int = 0) -> tuple[Path, Pat
 def run(args) -> int:
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # vLLM logs to stdout: keep --json's output JSON only
     import torch
 
     torch.set_num_threads(args.threads)
@@ -95,7 +96,7 @@ def run(args) -> int:
         results += _time_engine(args, target, draft, masked, prompts)
         _log(args, results[-2 * len(args.concurrency):])
     report = {"settings": {"tokens": args.tokens, "block": args.block, "lam": args.lam, "steps": args.steps,
-                           "threads": args.threads, "repeats": args.repeats, "temperature": 1.0,
+                           "threads": args.threads, "engine_threads": torch.get_num_threads(), "repeats": args.repeats, "temperature": 1.0,
                            "models": "built (tiny Qwen3, head_dim 32)" if args.target is None else str(target)},
               "results": results, "ratios": _ratios(results)}
     print(json.dumps(report, indent=None if args.json else 2))

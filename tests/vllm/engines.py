@@ -54,6 +54,16 @@ def per_position(delta) -> list[float]:
     return [count / max(delta["drafts"], 1) for count in delta["per_pos"]]
 
 
+def record(label: str, **values) -> None:
+    """Append measured figures to $SPECDIFF_VLLM_RECORD (JSON lines) where it is set (docs/vllm.md's table)."""
+    import os
+
+    path = os.environ.get("SPECDIFF_VLLM_RECORD")
+    if path:
+        with open(path, "a") as out:
+            out.write(json.dumps({"label": label, **values}) + "\n")
+
+
 def assert_greedy(model, prompt, tokens) -> None:
     """Each token vLLM emitted at temperature 0 is the target's argmax after the tokens before it, up to
     float32 rounding between vLLM's and transformers' kernels (a logit within 1e-3 of the maximum)."""

@@ -85,6 +85,7 @@ def _assert_law(rows, law, label):
     counts = _histogram(rows)
     tv = total_variation_to(counts, law)
     pvalue = chi_square_pvalue(counts, law)
+    engines.record(label, tv=round(tv, 4), chi2_pvalue=float(pvalue))
     assert tv <= TV_TOLERANCE and pvalue >= CHI2_MIN_PVALUE, f"{label}: TV {tv:.4f}, chi-square p {pvalue:.2e}"
     return tv
 
@@ -132,6 +133,7 @@ def test_lossless_sampled_acceptance_matches_the_exact_chain(engine, hf):
     law, rounds, accepted = _law(target, draft, PROMPTS[1], sd.Lossless())
     rows, delta = engines.generate(engine, [PROMPTS[1]] * N, _params("lossless", 0.0))
     measured, expected = engines.per_position(delta), (accepted / rounds).tolist()
+    engines.record("acceptance Lossless", vllm=measured, chain=expected)
     assert max(abs(m - e) for m, e in zip(measured, expected)) <= ACCEPTANCE_TOLERANCE, (measured, expected)
     _assert_law(rows, law, "Lossless")
 
@@ -147,6 +149,7 @@ def test_linear_acceptance_matches_closed_form_and_specdiff_engine(engine, hf, l
     rows, delta = engines.generate(engine, [PROMPTS[0]] * N, _params("linear", lam))
     measured = engines.per_position(delta)
     ours = _specdiff_engine_acceptance(target, draft, PROMPTS[0], rule)
+    engines.record(f"acceptance Linear({lam})", vllm=measured, chain=expected, specdiff_engine=ours)
     assert max(abs(m - e) for m, e in zip(measured, expected)) <= ACCEPTANCE_TOLERANCE, (measured, expected)
     assert max(abs(m - e) for m, e in zip(ours, expected)) <= ACCEPTANCE_TOLERANCE, (ours, expected)
     if lam == 1.0:
@@ -184,6 +187,7 @@ def test_tv_budget_and_cactus_follow_their_chain(engine, hf, rule, leniency):
     law, rounds, accepted = _law(target, draft, PROMPTS[1], acceptance_rule)
     rows, delta = engines.generate(engine, [PROMPTS[1]] * N, _params(rule, leniency))
     measured, expected = engines.per_position(delta), (accepted / rounds).tolist()
+    engines.record(f"acceptance {rule}({leniency})", vllm=measured, chain=expected)
     assert max(abs(m - e) for m, e in zip(measured, expected)) <= ACCEPTANCE_TOLERANCE, (measured, expected)
     _assert_law(rows, law, f"{rule}({leniency})")
 
@@ -234,6 +238,7 @@ def test_probabilistic_drafts_relax_towards_q(probabilistic, hf, lam):
     params = _params() if lam == 0.5 else _params("linear", lam)
     rows, delta = engines.generate(probabilistic, [PROMPTS[0]] * N, params)
     measured, expected = engines.per_position(delta), (accepted / rounds).tolist()
+    engines.record(f"acceptance probabilistic Linear({lam})", vllm=measured, chain=expected)
     assert max(abs(m - e) for m, e in zip(measured, expected)) <= ACCEPTANCE_TOLERANCE, (measured, expected)
     if lam == 1.0:
         assert delta["accepted"] == delta["draft_tokens"] > 0

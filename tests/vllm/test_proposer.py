@@ -64,6 +64,8 @@ def test_masked_proposer_is_exact_under_lossless(paths, target_model):
         index = torch.tensor([sum(t * VOCAB ** (LENGTH - 1 - i) for i, t in enumerate(r[:LENGTH])) for r in rows])
         counts = histogram(index, VOCAB ** LENGTH)
         tv, pvalue = total_variation_to(counts, exact), chi_square_pvalue(counts, exact)
+        engines.record("DiffusionProposer masked K=2, Lossless", tv=round(tv, 4), chi2_pvalue=float(pvalue),
+                       acceptance=delta["accepted"] / delta["draft_tokens"])
         assert tv <= TV_TOLERANCE and pvalue >= CHI2_MIN_PVALUE, (tv, pvalue)
         greedy, _ = engines.generate(llm, [PROMPT], SamplingParams(temperature=0, max_tokens=12, ignore_eos=True))
         engines.assert_greedy(target_model, PROMPT, greedy[0])
