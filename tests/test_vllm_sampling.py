@@ -78,6 +78,10 @@ def test_lossless_rows_are_left_as_vllm_sampled_them():
     relaxed_rejection_sample(output, draft_tokens, [2, 1, 2], None, target, torch.tensor([3, 3, 3]),
                              [None, sd.Linear(1.0), None])
     assert output[1].tolist() == [0, 3, PLACEHOLDER] and torch.equal(output[[0, 2]], before[[0, 2]])
+    kept = output.clone()  # a placeholder draft (-1) leaves the row as vLLM sampled it
+    relaxed_rejection_sample(output, torch.tensor([1, 2, -1, 3, 3]), [2, 1, 2], None, target, torch.tensor([3, 3, 3]),
+                             [None, sd.Linear(1.0), None])
+    assert torch.equal(output, kept)
 
 
 def test_block_method_and_seeded_rows():

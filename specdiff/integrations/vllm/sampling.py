@@ -19,7 +19,8 @@ sampled it:
   verify's own bonus draw returns it.
 
 Rows are grouped by (rule, n_r) and verified in one batched call per group; a request with its own
-seeded torch.Generator is verified alone with it.
+seeded torch.Generator is verified alone with it. A request whose drafts hold vLLM's placeholder -1
+(drafts vLLM marks for rejection) keeps vLLM's own result.
 """
 from __future__ import annotations
 
@@ -53,9 +54,12 @@ def relaxed_rejection_sample(
         starts.append(starts[-1] + int(n))
     bonus = bonus_token_ids.reshape(-1)
     groups: dict = {}  # (rule, n, greedy, seed row or None) -> rows
+    padded = (draft_token_ids < 0).tolist()  # vLLM's -1: a placeholder draft that must be rejected
     for row, (rule, n) in enumerate(zip(rules, num_draft_tokens)):
         if rule is None or rule.lossless or n == 0:
             continue
+        if any(padded[starts[row] : starts[row] + int(n)]):
+            continue  # a placeholder draft (a request still in its prefill, an invalid draft): vLLM's result
         is_greedy = bool(greedy[row]) if greedy is not None else False
         alone = row if (row in generators and not is_greedy) else None
         groups.setdefault((rule, int(n), is_greedy, alone), []).append(row)
