@@ -31,11 +31,12 @@ def register(subparsers) -> None:
     verify.add_argument("--delta", type=float, default=0.5, help="Cactus KL budget for the Cactus timing")
     verify.add_argument("--seed", type=int, default=0)
     verify.set_defaults(handler=run_verify_bench)
-    from specdiff.commands import bench_leniency, bench_speedup, bench_stateful
+    from specdiff.commands import bench_leniency, bench_speedup, bench_stateful, bench_vllm
 
     bench_speedup.register(which)
     bench_stateful.register(which)
     bench_leniency.register(which)
+    bench_vllm.register(which)
     bench.set_defaults(handler=lambda args: (bench.print_help(), 0)[1])
 
 

