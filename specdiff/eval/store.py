@@ -97,11 +97,11 @@ class ResultStore:
             version = self.connection.execute("PRAGMA user_version").fetchone()[0]
             tables = {name for (name,) in self.connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
             columns = tuple(row[1] for row in self.connection.execute("PRAGMA table_info(results)"))
-            if version not in (0, SCHEMA_VERSION):
-                raise StoreError(self.path, f"has schema version {version}; this specdiff reads version {SCHEMA_VERSION}")
-            if tables and columns != COLUMNS:
+            if tables and columns != COLUMNS:  # another kind of store first: its own version means nothing here
                 found = f"table results with columns {columns}" if columns else f"tables {sorted(tables)}"
                 raise StoreError(self.path, f"has another schema ({found}; expected table results {COLUMNS})")
+            if version not in (0, SCHEMA_VERSION):
+                raise StoreError(self.path, f"has schema version {version}; this specdiff reads version {SCHEMA_VERSION}")
             if columns:
                 self._check_payloads()
         self.connection.execute("PRAGMA journal_mode=WAL")
