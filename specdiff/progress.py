@@ -66,7 +66,7 @@ class _Lines:
             self.close()
 
     def __len__(self):
-        return self.total
+        return self.total or 0
 
     def __enter__(self):
         return self

@@ -72,7 +72,7 @@ def _figures(arrays: dict, summaries: list[dict], plain: dict | None) -> dict:
         return out
     reference = int(np.flatnonzero(lossless)[np.argmax(throughput[lossless])])
     floor = float(accuracy[lossless].max()) - FLOOR_LOSS
-    out["reference"] = reference
+    out["reference"], out["floor"] = reference, floor
     for loss in LOSSES:
         ok = accuracy >= accuracy[reference] - loss - 1e-12
         best = int(np.flatnonzero(ok)[np.argmax(throughput[ok])])
@@ -155,8 +155,7 @@ def analyse_honest(summaries: list[dict], rows: list[dict], plain: dict | None =
     name = lambda i: summaries[i]["name"]  # noqa: E731
     out = {
         "reference_lossless": name(point["reference"]),
-        "accuracy_floor": max(s["accuracy"] for s, keep in zip(summaries, [is_lossless(s["params"]) for s in summaries])
-                              if keep) - FLOOR_LOSS,
+        "accuracy_floor": point["floor"],
         "plain": plain,
         "static_hull": [name(i) for i in hull],
         "above_static_hull": [dict(name=s["name"], margin=margin_over_hull(s, hull_points)) for i, s in

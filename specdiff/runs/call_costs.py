@@ -2,7 +2,8 @@
 
 For each model, forwards over n = 1, 2, 4, ..., 128 tokens at batch 1 are timed round-robin
 (`eval.timing.interleaved_median_ms`, so load from other processes falls on every size alike), and
-the medians are fitted by least squares with ms(n) = per_forward_ms + per_token_ms * n. These
+the medians are fitted by least squares with ms(n) = per_forward_ms + per_token_ms * n
+(`eval.calibration.fit_draft_cost`, each coefficient clipped at 0). These
 costs price a sweep's `calls` (`specdiff.eval.pricing`). They are forwards without a KV cache over
 the n tokens; at the testbed's contexts (about 100 tokens), attending to a cache costs little more.
 """
@@ -19,6 +20,7 @@ def measure_call_costs(verifier: str, drafter: str | None, repeats: int = 15, th
     "sizes", "repeats", "threads", "machine", "measured"}."""
     import torch
 
+    from specdiff.eval.calibration import fit_draft_cost
     from specdiff.eval.timing import interleaved_median_ms
     from specdiff.runs.model_cache import ModelCache
 
@@ -39,8 +41,9 @@ def measure_call_costs(verifier: str, drafter: str | None, repeats: int = 15, th
            "measured": time.strftime("%Y-%m-%d %H:%M:%S")}
     for name in models:
         ms = [medians[f"{name}/{n}"] for n in SIZES]
-        per_forward, per_token = _fit(SIZES, ms)
-        out[name] = {"per_forward_ms": per_forward, "per_token_ms": per_token, "medians_ms": ms}
+        fit = fit_draft_cost(SIZES, ms)  # the same affine least squares as c_d(K) = a + b K
+        out[name] = {"per_forward_ms": max(0.0, fit["a"]), "per_token_ms": max(0.0, fit["b"]), "r2": fit["r2"],
+                     "medians_ms": ms}
     return out
 
 
@@ -51,12 +54,3 @@ def _forward(model, ids):
         with torch.inference_mode():
             model(input_ids=ids, use_cache=False)
     return call
-
-
-def _fit(sizes, ms) -> tuple[float, float]:
-    """Least squares ms = a + b n, with a, b >= 0 (b clipped at 0 where the sizes cost alike)."""
-    n = len(sizes)
-    mean_x, mean_y = sum(sizes) / n, sum(ms) / n
-    var = sum((x - mean_x) ** 2 for x in sizes)
-    slope = max(0.0, sum((x - mean_x) * (y - mean_y) for x, y in zip(sizes, ms)) / var)
-    return max(0.0, mean_y - slope * mean_x), slope

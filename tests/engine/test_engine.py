@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 from tiny_models import tiny_qwen3
+from verifier_rounds import check_rounds_against_full_forwards
 
 import specdiff as sd
 from specdiff.lm.cache import compaction_index, keep_columns, new_cache
@@ -41,29 +42,9 @@ def test_verifier_rounds_equal_full_forwards(kind):
     """Prompts of different lengths, rounds with different acceptance per row, a row leaving the batch:
     every round's p equals an uncached forward of each row alone over its committed tokens + chunk
     (sliding-window architectures included)."""
-    model = _verifier_model(kind)
-    verifier = sd.Verifier(model, temperature=1.0)
-    committed = [[1, 2, 3, 4, 5, 6], [7, 8], [9, 10, 1, 2]]
-    verifier.start(*left_pad(committed, 0))
-    generator = torch.Generator().manual_seed(0)
-    for round_index in range(5):
-        rows = len(committed)
-        drafted = torch.randint(1, 11, (rows, 3), generator=generator)
-        chunk = torch.cat([torch.tensor([[r[-1]] for r in committed]), drafted], dim=1)  # [n, 4]
-        logits, _ = verifier.score(chunk)
-        for row in range(rows):
-            full = torch.tensor([committed[row] + drafted[row].tolist()])
-            with torch.no_grad():
-                expected = torch.log_softmax(model(input_ids=full).logits[0, -4:].float(), -1)
-            assert torch.allclose(torch.log_softmax(logits[row], -1), expected, atol=1e-4), (round_index, row)
-        kept = torch.tensor([1 + (round_index + row) % 4 for row in range(rows)])  # last + 0..3 drafted
-        verifier.commit(kept)
-        for row in range(rows):
-            correction = int(torch.randint(1, 11, (1,), generator=generator))
-            committed[row] += drafted[row, : kept[row] - 1].tolist() + [correction]
-        if round_index == 2:  # the middle row finishes
-            verifier.select(torch.tensor([0, 2]))
-            committed = [committed[0], committed[2]]
+    verifier, committed = check_rounds_against_full_forwards(
+        _verifier_model(kind), [[1, 2, 3, 4, 5, 6], [7, 8], [9, 10, 1, 2]], vocab=11,
+        kept=lambda round_index, row: 1 + (round_index + row) % 4, leave_round=2, atol=1e-4, label=kind)
     assert verifier.cache.get_seq_length() == max(len(r) - 1 for r in committed)  # no column wasted
 
 

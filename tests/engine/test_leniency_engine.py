@@ -46,12 +46,28 @@ def test_typical_and_untruncated_rules_run_in_the_engine_and_are_not_called_exac
         assert all(s.new_tokens <= 40 for s in out.stats)
 
 
-def test_untruncated_lossless_accepts_tokens_outside_the_nucleus(pair):
-    """Lossless against the untruncated p accepts, on average, at least as much as against the truncated one
-    for the point-mass proposal (p_u(y) >= p(y) off the nucleus, where truncated p(y) = 0)."""
-    _, truncated = _generate(pair, sd.Lossless())
-    _, untruncated = _generate(pair, sd.Lossless(support="untruncated"))
-    assert untruncated.summary.acceptance_rate >= truncated.summary.acceptance_rate - 0.05
+def test_untruncated_rules_get_the_verifiers_untruncated_logits(pair, monkeypatch):
+    """With support="untruncated" the engine hands verify the chunk's logits before top-p / top-k, [b, B, V]
+    (finite where truncation put -inf); truncated rules get none."""
+    import specdiff.engine.generate as engine
+
+    seen, original = [], engine.verify
+
+    def spy(draft_tokens, draft_probs, target_probs, **kwargs):
+        seen.append((target_probs, kwargs.get("untruncated_probs")))
+        return original(draft_tokens, draft_probs, target_probs, **kwargs)
+
+    monkeypatch.setattr(engine, "verify", spy)
+    _generate(pair, sd.Lossless(support="untruncated"))
+    assert seen and all(loose is not None and loose.shape == target[:, :-1].shape for target, loose in seen)
+    target, loose = seen[0]
+    assert torch.isfinite(loose).all() and torch.isinf(target[:, :-1]).any()  # top-k 20 of the vocabulary
+    kept = torch.isfinite(target[:, :-1])  # inside the nucleus the two differ only by normalisation
+    shift = (torch.log_softmax(loose, -1) - torch.log_softmax(target[:, :-1], -1))[kept]
+    assert (shift <= 1e-5).all()
+    seen.clear()
+    _generate(pair, sd.Lossless())
+    assert seen and all(loose is None for _, loose in seen)
 
 
 def test_the_generation_flags_take_the_new_rules(capsys):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 from architectures import HYBRID, build, perturbed
+from verifier_rounds import check_rounds_against_full_forwards
 
 import specdiff as sd
 from specdiff.lm.masks import left_pad
@@ -21,30 +22,11 @@ def _full_logits(model, tokens: list[int], last: int) -> torch.Tensor:
 def test_hybrid_verifier_rounds_equal_full_forwards(name):
     """Prompts of different lengths, per-row acceptance (everything, nothing, in between), a row leaving the
     batch: every round's p equals an uncached forward of each row alone over its committed tokens + chunk."""
-    model = build(name, seed=3)
-    verifier = sd.Verifier(model, temperature=1.0)
-    committed = [[1, 2, 3, 4, 5, 6], [7, 8], [9, 10, 11, 12]]
-    verifier.start(*left_pad(committed, 0))
-    generator = torch.Generator().manual_seed(0)
-    for round_index in range(5):
-        rows = len(committed)
-        drafted = torch.randint(1, 90, (rows, 3), generator=generator)
-        chunk = torch.cat([torch.tensor([[r[-1]] for r in committed]), drafted], dim=1)  # [n, 4]
-        logits, _ = verifier.score(chunk)
-        for row in range(rows):
-            expected = _full_logits(model, committed[row] + drafted[row].tolist(), 4)
-            got = torch.log_softmax(logits[row], -1)
-            assert torch.allclose(got, expected, atol=5e-5), (name, round_index, row, (got - expected).abs().max())
-        kept = torch.tensor([1 + (round_index + 2 * row) % 4 for row in range(rows)])  # last + 0..3 drafted
-        if round_index == 3:
-            kept = torch.full((rows,), 4)  # every row keeps everything: nothing to replay
-        verifier.commit(kept)
-        for row in range(rows):
-            correction = int(torch.randint(1, 90, (1,), generator=generator))
-            committed[row] += drafted[row, : kept[row] - 1].tolist() + [correction]
-        if round_index == 1:  # the middle row finishes
-            verifier.select(torch.tensor([0, 2]))
-            committed = [committed[0], committed[2]]
+    def kept(round_index, row):  # last + 0..3 drafted; in round 3 every row keeps everything: nothing to replay
+        return 4 if round_index == 3 else 1 + (round_index + 2 * row) % 4
+
+    verifier, _ = check_rounds_against_full_forwards(build(name, seed=3), [[1, 2, 3, 4, 5, 6], [7, 8], [9, 10, 11, 12]],
+                                                     vocab=90, kept=kept, leave_round=1, atol=5e-5, label=name)
     stats = verifier.rollback_stats
     assert stats["rewinds"] == 5 and stats["replay_skipped"] >= 1
 
