@@ -125,3 +125,59 @@ def test_the_documented_example_is_valid_and_every_key_is_documented():
         assert f"`[{section}]`" in doc
         for key in fields or {}:
             assert f"| `{key}` |" in doc, key
+
+
+SUBGRIDS = """[models]
+drafter = "masked-drafter"
+verifier = "verifier"
+
+[task]
+name = "arith"
+problems = 2
+
+[grid]
+steps = [2, 4]
+block_size = [16]
+
+[grid.lossless]
+rule = ["lossless"]
+support = ["truncated", "untruncated"]
+
+[grid.gated]
+rule = ["linear"]
+lam = [0.3]
+gate_top = [0.5, 0.7]
+
+[grid.again]
+rule = ["lossless"]
+steps = [4]
+"""
+
+
+def test_subgrids_run_their_union_each_configuration_once(tmp_path):
+    path = tmp_path / "sub.toml"
+    path.write_text(SUBGRIDS)
+    settings, configs, _ = load_config(path)
+    names = [c["name"] for c in configs]
+    # lossless: 2 K x 2 supports; gated linear: 2 K x 2 gates; [grid.again]'s K=4 lossless is already there
+    assert len(names) == len(set(names)) == 8, names
+    assert sum("untruncated" in n for n in names) == 2 and sum("gated top<=0.5" in n for n in names) == 2
+    assert all("B=16" in n for n in names)  # [grid]'s own keys are the sub-grids' defaults
+    assert sorted(settings["grid"]["grids"]) == ["again", "gated", "lossless"]
+    assert settings["grid"]["steps"] == [2, 4] and "rule" not in settings["grid"]
+
+
+@pytest.mark.parametrize("old, new", [
+    ('gate_top = [0.5, 0.7]', 'gate_top = [0.5, 1.7]'),
+    ('rule = ["linear"]\nlam = [0.3]', 'rule = ["linear"]'),
+])
+def test_a_bad_subgrid_names_its_line(old, new, tmp_path):
+    text = SUBGRIDS.replace(old, new)
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as error:
+        load_config(path)
+    message = str(error.value)
+    wanted = text.splitlines().index("[grid.gated]") + 1
+    assert f"{path}:" in message and "[grid.gated]" in message, message
+    assert int(message.split(":")[1]) >= wanted, message

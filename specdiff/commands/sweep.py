@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specdiff.runs import RULES
-from specdiff.eval.sweepconfig import ConfigText, Field, check_config, expand_grid
+from specdiff.eval.sweepconfig import ConfigText, Field, check_config, check_section, expand_grid
 
 LENIENCY_KEYS = {"linear": "lam", "tv": "eps", "cactus": "delta", "typical": "typical_epsilon"}  # rule -> its axis
 SUPPORTS = ("truncated", "untruncated")
@@ -109,19 +109,52 @@ def register(subparsers) -> None:
 def load_config(path: str | Path, text: str | None = None) -> tuple[dict, list[dict], str]:
     """(settings, configurations, source text) of a sweep config; ConfigError naming the line otherwise."""
     config = ConfigText(path, text)
+    raw_subgrids = _pop_subgrids(config)
     checked = check_config(config, SCHEMA, required_sections=("models", "task", "grid"))
     models, task = checked["models"], checked["task"]
     for role in ("drafter", "verifier"):
         _check_model(config, role, models[role])
     _check_task(config, task, checked["task.options"])
-    grid = {key: value for key, value in checked["grid"].items() if value is not None}
-    if _drafter_kind(models["drafter"]) == "autoregressive" and (len(grid.get("steps", [1])) > 1 or "threshold" in grid):
-        raise config.error("grid", "steps" if "steps" in grid else "threshold",
-                           f"the drafter {models['drafter']!r} is autoregressive: diffusion effort (steps, threshold) "
-                           "does not apply to it")
+    autoregressive = _drafter_kind(models["drafter"]) == "autoregressive"
+    grids = {"grid": _checked_grid(config, "grid", checked["grid"], autoregressive, models["drafter"])}
+    if raw_subgrids:  # [grid]'s own keys are the sub-grids' defaults, and only the sub-grids are run
+        shared = config.data["grid"]
+        grids = {f"grid.{name}": _checked_grid(config, f"grid.{name}", check_section(
+                     config, f"grid.{name}", {**shared, **values}, SCHEMA["grid"]), autoregressive, models["drafter"])
+                 for name, values in raw_subgrids.items()}
+    grid = grids["grid"] if not raw_subgrids else dict(
+        {key: value for key, value in checked["grid"].items() if key in shared},
+        grids={section.removeprefix("grid."): values for section, values in grids.items()})
     settings = {"models": models, "task": dict(task, options=checked["task.options"]), "run": checked["run"],
                 "grid": grid}
-    return settings, configurations(config, models, grid), config.text
+    configs, seen = [], set()
+    for section, values in grids.items():  # the union of the sub-grids, each configuration once
+        for c in configurations(config, models, values, section):
+            if c["config_id"] not in seen:
+                seen.add(c["config_id"])
+                configs.append(c)
+    return settings, configs, config.text
+
+
+def _pop_subgrids(config: ConfigText) -> dict[str, dict]:
+    """[grid.NAME] tables, taken out of [grid]: each is a grid of its own (the union is run), with
+    [grid]'s plain keys as its defaults. Lets one sweep cross a rule only with the gates it needs."""
+    grid = config.data.get("grid")
+    if not isinstance(grid, dict):
+        return {}
+    subgrids = {name: value for name, value in grid.items() if isinstance(value, dict)}
+    for name in subgrids:
+        del grid[name]
+    return subgrids
+
+
+def _checked_grid(config: ConfigText, section: str, values: dict, autoregressive: bool, drafter: str) -> dict:
+    grid = {key: value for key, value in values.items() if value is not None}
+    if autoregressive and (len(grid.get("steps", [1])) > 1 or "threshold" in grid):
+        raise config.error(section, "steps" if "steps" in grid else "threshold",
+                           f"the drafter {drafter!r} is autoregressive: diffusion effort (steps, threshold) "
+                           "does not apply to it")
+    return grid
 
 
 def _check_model(config: ConfigText, role: str, name: str) -> None:
@@ -153,22 +186,23 @@ def _check_task(config: ConfigText, task: dict, options: dict) -> None:
                                                      f"option {key!r}; it takes {', '.join(accepted) or 'none'}")
 
 
-def configurations(config: ConfigText, models: dict, grid: dict) -> list[dict]:
+def configurations(config: ConfigText, models: dict, grid: dict, section: str = "grid") -> list[dict]:
     """Every grid point as {config_id, name, effort, params}: each rule with its own leniency list,
     times the efforts (each K, then each tau), methods, proposals and block sizes."""
     from specdiff.eval.store import settings_id
 
     for rule, key in LENIENCY_KEYS.items():
         if key in grid and rule not in grid["rule"]:
-            raise config.error("grid", key, f"[grid] {key} is the leniency of rule {rule!r}, which [grid] rule "
-                                            f"does not list ({grid['rule']})")
+            raise config.error(section, key, f"[{section}] {key} is the leniency of rule {rule!r}, which "
+                                             f"[{section}] rule does not list ({grid['rule']})")
         if rule in grid["rule"] and key not in grid:
-            raise config.error("grid", "rule", f"[grid] rule {rule!r} needs its leniency list {key} = [...]")
+            raise config.error(section, "rule", f"[{section}] rule {rule!r} needs its leniency list {key} = [...]")
     efforts = [dict(steps=k, threshold=None) for k in grid.get("steps", [] if "threshold" in grid else [1])]
     efforts += [dict(steps=1, threshold=t) for t in grid.get("threshold", [])]
     out = []
     if "typical_delta" in grid and "typical" not in grid["rule"]:
-        raise config.error("grid", "typical_delta", "[grid] typical_delta needs rule 'typical' in [grid] rule")
+        raise config.error(section, "typical_delta", f"[{section}] typical_delta needs rule 'typical' in "
+                                                     f"[{section}] rule")
     for rule in grid["rule"]:
         lenient = rule != "lossless"  # gates and support apply to lenient rules (and support to lossless too)
         axes = dict(effort=efforts, leniency=grid.get(LENIENCY_KEYS.get(rule), [0.0]), method=grid["method"],
