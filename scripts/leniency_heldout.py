@@ -1,0 +1,154 @@
+"""The held-out half of issue 22's item 4: choose settings on a VALIDATION sweep store, and write the
+sweep config that measures exactly those settings, once, on test problems.
+
+Chosen on validation, on the priced-calls axis (`specdiff frontier --cost calls`: noise cannot move it):
+  - the reference: the lossless configuration of highest priced throughput;
+  - per rule family (Linear, Cactus, Typical, Gated Linear, Gated Cactus, and each untruncated), its
+    configuration of highest priced throughput whose validation accuracy is at most --loss below the
+    reference's: the family's "chosen" setting;
+  - the joint frontier (every configuration) and the Linear-alone frontier (Linear and lossless,
+    ungated, truncated): their Pareto points above the accuracy floor (best lossless - 5 points), so
+    that the test store can compare their constrained hypervolumes.
+
+The test config is the validation config with split = "test", --problems problems, the task seed and
+run seed given, and one single-point [grid.NAME] per chosen configuration. A JSON of the choice (what
+each configuration was chosen as, with its validation figures) is written beside it.
+
+    PYTHONPATH=. python scripts/leniency_heldout.py docs/results/leniency/masked_validation.sqlite \
+        --costs docs/results/leniency/call_costs.json --out docs/results/leniency/masked_test.toml
+    specdiff sweep docs/results/leniency/masked_test.toml --store docs/results/leniency/masked_test.sqlite
+    specdiff frontier docs/results/leniency/masked_test.sqlite --cost calls \
+        --costs docs/results/leniency/call_costs.json --honest --json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+
+from specdiff.commands.frontier import call_costs, compute
+from specdiff.commands.sweep import LENIENCY_KEYS
+from specdiff.eval.frontier_honest import FLOOR_LOSS, is_linear_alone, is_lossless
+
+
+def family(params: dict) -> str:
+    """"lossless", "linear", "gated cactus untruncated", ..."""
+    name = params["rule"]
+    if "gate_top" in params or "gate_entropy" in params:
+        name = "gated " + name
+    if params.get("support", "truncated") == "untruncated":
+        name += " untruncated"
+    return name
+
+
+def choose(summaries: list[dict], loss: float) -> dict[str, list[str]]:
+    """config_id -> the reasons it was chosen."""
+    chosen: dict[str, list[str]] = {}
+    lossless = [s for s in summaries if is_lossless(s["params"])]
+    reference = max(lossless, key=lambda s: s["throughput"])
+    chosen.setdefault(reference["config_id"], []).append("reference lossless")
+    for name in sorted({family(s["params"]) for s in summaries} - {"lossless"}):
+        ok = [s for s in summaries if family(s["params"]) == name and s["accuracy"] >= reference["accuracy"] - loss - 1e-12]
+        if ok:
+            best = max(ok, key=lambda s: s["throughput"])
+            chosen.setdefault(best["config_id"], []).append(f"chosen {name}")
+    floor = max(s["accuracy"] for s in lossless) - FLOOR_LOSS
+    for label, members in (("joint frontier", summaries),
+                           ("linear-alone frontier", [s for s in summaries if is_linear_alone(s["params"])])):
+        for s in _pareto([s for s in members if s["accuracy"] > floor]):
+            chosen.setdefault(s["config_id"], []).append(label)
+    return chosen
+
+
+def _pareto(summaries: list[dict]) -> list[dict]:
+    """Non-dominated in (accuracy up, priced throughput up)."""
+    out = []
+    for s in summaries:
+        if not any(o["accuracy"] >= s["accuracy"] and o["throughput"] >= s["throughput"] and
+                   (o["accuracy"] > s["accuracy"] or o["throughput"] > s["throughput"]) for o in summaries):
+            out.append(s)
+    return out
+
+
+def test_config(source: str, chosen: list[dict], problems: int, task_seed: int, run_seed: int, origin: str) -> str:
+    """The validation config's [models], [task] and [run], moved to the test split, and one single-point
+    sub-grid per chosen configuration."""
+    import tomllib
+
+    settings = tomllib.loads(source)
+    lines = [f"# Issue 22, item 4: settings chosen on {origin} (validation), measured once on test problems.",
+             "# Written by scripts/leniency_heldout.py; do not tune on this store.", "",
+             "[models]", *(f'{k} = "{v}"' for k, v in settings["models"].items()), "",
+             "[task]", f'name = "{settings["task"]["name"]}"', f"problems = {problems}",
+             f'max_new_tokens = {settings["task"].get("max_new_tokens", 96)}', "",
+             "[task.options]", 'split = "test"', f"seed = {task_seed}", "",
+             "[run]", f"seed = {run_seed}", f'threads = {settings.get("run", {}).get("threads", 1)}', "",
+             "[grid]"]
+    for i, summary in enumerate(chosen):
+        params = summary["params"]
+        lines += ["", f"[grid.c{i:02d}]   # {summary['name']}: {', '.join(summary['reasons'])}"]
+        if params.get("threshold") is not None:
+            lines.append(f"threshold = [{params['threshold']!r}]")
+        else:
+            lines.append(f"steps = [{params['steps']}]")
+        lines.append(f'rule = ["{params["rule"]}"]')
+        if params["rule"] != "lossless":
+            lines.append(f"{LENIENCY_KEYS[params['rule']]} = [{float(params['leniency'])!r}]")
+        for key in ("typical_delta", "gate_top", "gate_entropy"):
+            if key in params:
+                lines.append(f"{key} = [{float(params[key])!r}]")
+        for key in ("support", "method", "proposal"):
+            if key in params:
+                lines.append(f'{key} = ["{params[key]}"]')
+        lines.append(f"block_size = [{params['block_size']}]")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("store", help="the validation sweep store")
+    parser.add_argument("--out", required=True, help="the test sweep config to write")
+    parser.add_argument("--costs", default=None, help="per-call costs JSON (default: the store's own)")
+    parser.add_argument("--problems", type=int, default=200)
+    parser.add_argument("--task-seed", type=int, default=0, help="the test stream's seed (other problems)")
+    parser.add_argument("--run-seed", type=int, default=0, help="the draws' seed")
+    parser.add_argument("--loss", type=float, default=0.01, help="accuracy loss allowed on validation")
+    args = parser.parse_args()
+    costs = call_costs(args.store, args.costs)
+    out, sweep = compute(args.store, costs=costs)
+    summaries = sweep["summaries"]
+    if sweep["settings"]["task"]["options"].get("split") != "validation":
+        raise SystemExit(f"{args.store} is not a validation sweep: refusing to tune on it")
+    reasons = choose(summaries, args.loss)
+    chosen = [dict(s, reasons=reasons[s["config_id"]]) for s in summaries if s["config_id"] in reasons]
+    text = test_config(sweep["source"] if "source" in sweep else _source(args.store), chosen, args.problems,
+                       args.task_seed, args.run_seed, Path(args.store).name)
+    Path(args.out).write_text(text)
+    record = dict(validation_store=args.store, loss=args.loss, costs=args.costs or "the store's", chosen=[
+        dict(name=s["name"], reasons=s["reasons"], validation_accuracy=s["accuracy"], n=s["n"],
+             priced_throughput=s["throughput"], tokens_per_round=s.get("tokens_per_round"),
+             tokens_per_call=_per_call(sweep["rows"], s["config_id"])) for s in chosen])
+    Path(args.out).with_suffix(".selection.json").write_text(json.dumps(record, indent=1) + "\n")
+    print(text)
+
+
+def _per_call(rows: list[dict], config_id: str) -> float | None:
+    mine = [r for r in rows if r["config_id"] == config_id and r.get("calls")]
+    forwards = sum(r["calls"]["verifier_forwards"] for r in mine)
+    return float(np.round(sum(r["new_tokens"] for r in mine) / forwards, 4)) if forwards else None
+
+
+def _source(store: str) -> str:
+    from specdiff.eval.sweepstore import SweepStore
+
+    reader = SweepStore(store)
+    try:
+        return reader.meta("source")
+    finally:
+        reader.close()
+
+
+if __name__ == "__main__":
+    main()
