@@ -83,6 +83,8 @@ def draw_frontier(axis, summaries: list[dict], name: str, analysis: dict | None 
         axis.plot([], [], "o", color=colour, label=effort)
     axis.plot([], [], "o", markerfacecolor="none", markeredgecolor="0.4", label="dominated")
     axis.plot([], [], "--", color="0.4", lw=1, label="frontier of one K")
+    if analysis is not None and analysis.get("cost") == "calls":  # model calls priced once (docs/leniency.md)
+        label = label.replace("wall s", "priced s")
     axis.set_xlabel(label)
     axis.set_ylabel("accuracy (± 1 s.e. on the frontier)")
     axis.grid(alpha=0.3)
