@@ -18,16 +18,24 @@ from specdiff.argtypes import positive_int
 from specdiff.commands import rules_demo
 
 DRAFTER_CHOICES = ("masked", "uniform", "block", "dflash", "ar")  # specdiff.models.DRAFTER_KINDS
+# The masked drafter's adaptive row (docs/adaptive.md): at most K = 4 steps over B = 16, every position the
+# drafter is at least 0.9 sure of unmasked at once; point mass, so exact whatever the unmasking order.
+ADAPTIVE = dict(steps=4, block_size=16, proposal="point_mass", controller="confidence:floor=0,finish=0.9")
 
 
-def demo_configs(kinds=("masked",)):
-    """The demo's configurations: the baselines, then each kind's rows (`kind_configs`)."""
+def demo_configs(kinds=("masked",), controller: str | None = None):
+    """The demo's configurations: the baselines, then each kind's rows (`kind_configs`); with the masked
+    kind, its adaptive row (`ADAPTIVE`, or `controller` in its place)."""
     from specdiff.runs import RunConfig
 
     rows = [RunConfig("autoregressive (verifier)", drafter=None),
             RunConfig("AR drafter, B=8", drafter="ar-drafter", block_size=8)]
     for kind in dict.fromkeys(kinds):
         rows += kind_configs(kind)
+        if kind == "masked":
+            adaptive = dict(ADAPTIVE, controller=controller or ADAPTIVE["controller"])
+            rows.append(RunConfig(f"masked K<=4 B<=16 point mass, {adaptive['controller']}",
+                                  drafter="masked-drafter", prefix_cache="persistent", **adaptive))
     return rows
 
 
@@ -97,6 +105,9 @@ def register(subparsers) -> None:
                       help="torch threads (default 1 for the main job: batch-1 decoding of the tiny testbed is bound "
                            "by per-op overhead, and a second thread only adds barrier waits; min(2, cores) for --rules)")
     demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--controller", default=None, metavar="NAME",
+                      help=f"the run-time controller of the masked drafter's adaptive row (default "
+                           f"{ADAPTIVE['controller']}; docs/adaptive.md)")
     demo.add_argument("--plot", metavar="PNG", default="demo_frontier.png",
                       help="accuracy against throughput (default demo_frontier.png; '' for none)")
     demo.add_argument("--rules", action="store_true", help="the synthetic demo of every acceptance rule instead")
@@ -138,10 +149,18 @@ def run(args) -> int:
     from specdiff.models import DRAFTER_KINDS
 
     kinds = args.drafter or ["masked"]
+    if args.controller is not None:
+        from specdiff.engine.controllers import parse_controller
+
+        try:
+            if parse_controller(args.controller) is None:
+                raise ValueError("the adaptive row needs a controller, not 'none'")
+        except ValueError as error:
+            raise ValueError(f"--controller: {error}") from None
     for kind in kinds:
         require_weights(DRAFTER_KINDS[kind])  # before anything runs: `specdiff zoo train NAME`
     cache = ModelCache()
-    configs = demo_configs(kinds)
+    configs = demo_configs(kinds, args.controller)
     _warm_up(configs, cache, prompts[0])
     rows = []
     from specdiff.progress import progress

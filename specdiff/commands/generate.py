@@ -39,6 +39,10 @@ def add_generation_flags(parser) -> None:
                         help="measure drafts against the verifier after top-p/top-k (default) or before (untruncated)")
     parser.add_argument("--method", choices=["token", "block"], default="token")
     parser.add_argument("--proposal", choices=["marginal", "point_mass"], default="marginal")
+    parser.add_argument("--controller", default=None, metavar="NAME",
+                        help="run-time controller of effort and draft length per row and round (docs/adaptive.md): "
+                             "confidence, acceptance, effort, joined with '+', parameters after ':' "
+                             "(e.g. confidence:finish=0.9); -B is then the longest draft (default: none, fixed K and B)")
     parser.add_argument("--batch-size", type=positive_int, default=1, help="sequences per batch (default 1)")
     parser.add_argument("--device", default=None, help="torch device for both models, e.g. cuda (default cpu)")
 

@@ -104,8 +104,9 @@ class Drafter:
     def select(self, rows: torch.Tensor) -> None:
         """Keep only the batch rows `rows` [n] (the others finished)."""
 
-    def exact_marginal_with(self, steps_vary: bool) -> bool:
-        """Whether q is the exact marginal when a controller sets the steps per row and round (steps_vary)."""
+    def exact_marginal_with(self, steps_vary: bool = False, reorders: bool = False) -> bool:
+        """Whether q stays the exact marginal under a controller that sets the steps per row and round
+        (steps_vary) or unmasks confident positions first (reorders); drafters that ignore both: as is."""
         return self.exact_marginal
 
     def propose_planned(self, ids: torch.Tensor, key_mask: torch.Tensor, plan,

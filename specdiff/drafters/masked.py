@@ -102,11 +102,14 @@ class MaskedDiffusionDrafter(Drafter):
                                    self.output_vocab)
         return Draft(tokens=out, probs=probs)
 
-    def exact_marginal_with(self, steps_vary: bool) -> bool:
-        """With K chosen per row and round, q is the marginal only when unmasking strictly left to right."""
-        if not steps_vary:
-            return self.exact_marginal
-        return self.threshold is None and self.order == "left_to_right"
+    def exact_marginal_with(self, steps_vary: bool = False, reorders: bool = False) -> bool:
+        """With K chosen per row and round, q is the marginal only when unmasking strictly left to right; a
+        finish level (confident positions first) breaks that order, so then only one fixed step is exact."""
+        if reorders:
+            return self.threshold is None and self.steps == 1 and not steps_vary
+        if steps_vary:
+            return self.threshold is None and self.order == "left_to_right"
+        return self.exact_marginal
 
     @torch.inference_mode()
     def propose_planned(self, ids: torch.Tensor, key_mask: torch.Tensor, plan,

@@ -24,8 +24,9 @@ Terms:
 Exactness (docs/engine.md, "Controllers"): a controller sees only the past and the drafter's state
 before each token is drawn, and changes only which proposal is made; the verifier's rule is applied
 to whatever was proposed. Point mass stays exact for any plan; marginal mode stays exact for drafters
-whose q is their exact marginal, as long as the steps are fixed or the drafter unmasks left to right
-(`Drafter.exact_marginal_with(plan_varies_steps)`).
+whose q is their exact marginal, as long as the plan keeps that true: a masked drafter unmasking left
+to right may get K_r per row, but a finish level reorders its unmasking (exact only at K = 1)
+(`Drafter.exact_marginal_with(steps_vary, reorders)`).
 
 Policies shipped (each is one small class; `parse_controller` builds them from a name):
 - `ConfidenceBounded` ("confidence"): the draft ends where the drafter's confidence drops below a
@@ -63,6 +64,7 @@ class Controller:
 
     name = "controller"
     sets_steps = False  # True when plans give steps (K_r varies: see Drafter.exact_marginal_with)
+    reorders = False  # True when plans give a finish level (unmasking no longer follows the drafter's order)
 
     def start(self, rows: int, block_size: int) -> None:
         self.rows, self.block_size = rows, int(block_size)
@@ -100,6 +102,7 @@ class ConfidenceBounded(Controller):
         if finish is not None:
             _check_fraction("confidence finish", finish)
         self.floor, self.finish = float(floor), None if finish is None else float(finish)
+        self.reorders = finish is not None
 
     def plan(self) -> RoundPlan:
         return RoundPlan([self.block_size] * self.rows, floors=[self.floor] * self.rows if self.floor else None,
@@ -186,6 +189,7 @@ class Combined(Controller):
             raise ValueError("at most one combined controller may set the steps (effort)")
         self.parts = list(parts)
         self.sets_steps = any(part.sets_steps for part in parts)
+        self.reorders = any(part.reorders for part in parts)
 
     def start(self, rows: int, block_size: int) -> None:
         super().start(rows, block_size)

@@ -77,9 +77,10 @@ class SpeculativeGenerator:
         self.batch_size = int(batch_size)
         self.eos_token_ids = eos_token_ids(verifier.model, eos_token_id)
         self.controller = parse_controller(controller)
-        steps_vary = self.controller is not None and self.controller.sets_steps
+        planned = {} if self.controller is None else dict(steps_vary=self.controller.sets_steps,
+                                                            reorders=self.controller.reorders)
         # exact: a lossless rule against the sampled (truncated) target, and a proposal that is exact
-        self.exact = rule.lossless and (proposal == "point_mass" or drafter.exact_marginal_with(steps_vary))
+        self.exact = rule.lossless and (proposal == "point_mass" or drafter.exact_marginal_with(**planned))
 
     def generate(self, prompts, max_new_tokens: int = 256, generator: torch.Generator | None = None,
                  progress: bool = False, on_round=None) -> GenerationOutput:

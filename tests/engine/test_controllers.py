@@ -3,10 +3,10 @@ keep the verifier's cache right, and bad controller names and parameters are ref
 
 Exactness: the enumerated check of tests/engine/test_exactness.py (a tiny random verifier over V = 4 tokens,
 the exact law of its first 3 sampled tokens, 40,000 rows of one prompt in ONE batched call, fixed seed, TV <=
-0.03 and chi-square p >= 1e-4), with each policy on: the confidence floor and finish level with the effort schedule on a
-left-to-right masked drafter (marginal: K per row, drafts cut by confidence), acceptance-tracking B on the
-AR drafter (marginal: drafts of different lengths in one batch), and all three at once on a random-order
-masked drafter under block verification (point mass). Greedy: with temperature 0 the controllers reproduce
+0.03 and chi-square p >= 1e-4), with each policy on: the confidence floor with the effort schedule on a left-to-right masked
+drafter (marginal: K per row, drafts cut by confidence), acceptance-tracking B on the
+AR drafter (marginal: drafts of different lengths in one batch), and all three at once (the finish level
+too) on a random-order masked drafter under block verification (point mass). Greedy: with temperature 0 the controllers reproduce
 HF's greedy generate token for token on a hybrid verifier (Qwen3.5: Gated DeltaNet and attention layers),
 batch 4, prompts of mixed lengths.
 """
@@ -38,7 +38,7 @@ def _masked(model, **kwargs):
 
 CASES = [  # (label, drafter factory, proposal, method, controller)
     ("confidence + effort, masked left_to_right, marginal", lambda m: _masked(m[2], order="left_to_right"),
-     "marginal", "token", "confidence:floor=0.6,finish=0.7+effort:low=1,high=2,early=2"),
+     "marginal", "token", "confidence:floor=0.6+effort:low=1,high=2,early=2"),
     ("acceptance, AR drafter, marginal", lambda m: sd.AutoregressiveDrafter(m[1], temperature=1.0, top_p=1.0, top_k=0),
      "marginal", "token", "acceptance:margin=0,min_block=1"),
     ("all on, masked random order, point mass, block", lambda m: _masked(m[2], steps=2, order="random"),
@@ -105,6 +105,11 @@ def test_effort_schedule_marks_out_of_order_marginal_inexact(models):
     assert not gen.exact  # K = 1 is exact, K chosen per round with the entropy order is not
     assert sd.SpeculativeGenerator(_masked(masked, steps=1), sd.Verifier(verifier), block_size=3,
                                    controller="confidence").exact
+    left_to_right = _masked(masked, steps=2, order="left_to_right")
+    assert sd.SpeculativeGenerator(left_to_right, sd.Verifier(verifier), block_size=3, controller="effort").exact
+    # a finish level unmasks confident positions first: no longer left to right
+    assert not sd.SpeculativeGenerator(left_to_right, sd.Verifier(verifier), block_size=3,
+                                       controller="confidence:finish=0.9").exact
 
 
 @pytest.mark.parametrize("spec, message", [
