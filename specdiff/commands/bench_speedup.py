@@ -102,6 +102,9 @@ def register(targets) -> None:
                          help="adaptive grid: the most steps K per round (default 4 6)")
     speedup.add_argument("--adaptive-blocks", type=positive_int, nargs="+", default=[16, 24],
                          help="adaptive grid: the longest draft B (default 16 24)")
+    speedup.add_argument("--kind-controllers", nargs="+", default=None, metavar="NAME",
+                         help="the controllers tried on each further kind of --drafters (default: its own few, "
+                              "KIND_CONTROLLERS)")
     speedup.add_argument("--seed", type=int, default=0)
     speedup.add_argument("--first-problem", type=nonnegative_int, default=0,
                          help="measure test problems [first, first + problems): re-measure on other problems")
@@ -123,6 +126,8 @@ def run(args) -> int:
     tune = tasks.arith_problems("validation", args.tune_problems)
     test = tasks.arith_problems("test", args.first_problem + args.problems)[args.first_problem:]
     controllers = _check_controllers(args.controllers)
+    if args.kind_controllers is not None:
+        args.kind_controllers = _check_controllers(args.kind_controllers)
     best, best_ar, grid = _tune(args, cache, tune, say, references)
     adaptive, adaptive_grid = _tune_adaptive(args, cache, tune, say, references["masked"], controllers)
     others = {kind: _tune_kind(kind, reference, args, cache, tune, say)
@@ -195,7 +200,7 @@ def _tune_kind(kind: str, reference: str, args, cache, problems, say):
 
 
 def _check_controllers(names: list[str]) -> list[str]:
-    """--controllers, each parsed now (a clear error before any model loads); 'none' is refused."""
+    """--controllers (or --kind-controllers), each parsed now (a clear error before any model loads); 'none' is refused."""
     from specdiff.engine.controllers import parse_controller
 
     for name in names:
@@ -225,7 +230,7 @@ def _tune_kind_adaptive(kind: str, config: dict, args, cache, problems, say):
     from specdiff.runs import RunConfig
 
     configs = []
-    for controller in KIND_CONTROLLERS[kind]:
+    for controller in args.kind_controllers or KIND_CONTROLLERS[kind]:
         candidate = RunConfig(**{**config, "name": f"{config['name']} {controller}", "controller": controller})
         if kind == "block":
             candidate.proposal = "point_mass"

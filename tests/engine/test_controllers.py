@@ -120,3 +120,22 @@ def test_effort_schedule_marks_out_of_order_marginal_inexact(models):
 def test_bad_controllers_are_refused(spec, message):
     with pytest.raises(ValueError, match=message):
         parse_controller(spec)
+
+
+def test_the_sweep_grid_takes_a_controller_axis(tmp_path):
+    from sweep_helpers import TINY_CONFIG
+
+    from specdiff.commands.sweep import load_config
+    from specdiff.eval.sweepconfig import ConfigError
+
+    plain = TINY_CONFIG.format(problems=2, steps=[4])
+    _, fixed, _ = load_config(tmp_path / "a.toml", plain)
+    both = plain.replace("block_size = [6]", 'block_size = [6]\ncontroller = ["none", "confidence:finish=0.9"]')
+    _, configs, _ = load_config(tmp_path / "b.toml", both)
+    assert len(configs) == 2 * len(fixed)
+    assert [c["config_id"] for c in configs if "controller" not in c["params"]] == [c["config_id"] for c in fixed]
+    adaptive = [c for c in configs if "controller" in c["params"]]
+    assert {c["params"]["controller"] for c in adaptive} == {"confidence:finish=0.9"}
+    assert all(c["name"].endswith("confidence:finish=0.9") for c in adaptive)
+    with pytest.raises(ConfigError, match="unknown controller 'bandit'"):
+        load_config(tmp_path / "c.toml", plain.replace("block_size = [6]", 'block_size = [6]\ncontroller = ["bandit"]'))
