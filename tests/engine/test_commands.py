@@ -23,6 +23,8 @@ def test_demo_runs_the_main_job(tmp_path, capsys):
     assert rows["AR drafter, B=8"]["exact"] and not rows["masked K=4 B=16"]["exact"]
     assert rows["masked K=4 B=16 point mass"]["exact"] and rows["masked K=1 B=8"]["exact"]
     assert not rows["masked K=4 B=16 Typical(0.09)"]["exact"]  # the lenient row that keeps accuracy (issue 22)
+    adaptive = rows["masked K<=4 B<=16 point mass, confidence:floor=0,finish=0.9"]  # the controller's row (issue 23)
+    assert adaptive["exact"] and adaptive["problems"] == 3 and adaptive["tokens_per_round"] >= 1
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
