@@ -44,7 +44,7 @@ from specdiff.drafters.base import Draft, Drafter
 from specdiff.drafters.prefix_cache import PersistentPrefix, round_cache_steps
 from specdiff.lm.cache import cache_kwargs
 from specdiff.lm.masks import bidirectional_mask, layer_masks, position_ids
-from specdiff.drafters.unmasking import ORDERS, unmask_canvas, unmask_planned  # noqa: F401  (unmask_canvas: re-exported)
+from specdiff.drafters.unmasking import ORDERS, unmask_canvas, unmask_planned
 from specdiff.lm.sampling import check_sampling
 
 PREFIX_CACHES = (False, "round", "persistent")

@@ -99,7 +99,7 @@ def unmask_planned(step_logits, canvas: torch.Tensor, mask_token_id: int, block_
     Returns (tokens [b, W], probs [b, W, V], lengths [b], confidence [b, W]): row r's draft is
     tokens[r, :lengths[r]], each with the q it was sampled from and its confidence when sampled; the
     positions past a row's length hold mask tokens and a valid q (never verified)."""
-    batch, width = canvas.shape
+    width = canvas.shape[1]
     columns = torch.arange(width, device=canvas.device)[None, :]
     still_masked = columns < block_sizes[:, None]  # [b, W]: positions row r still has to unmask
     lengths = block_sizes.clone()  # [b]
