@@ -19,6 +19,7 @@ SUBCOMMAND_MODULES = [
     "specdiff.commands.bench",
     "specdiff.commands.sweep",
     "specdiff.commands.frontier",
+    "specdiff.commands.route",
     "specdiff.commands.calibrate",
     "specdiff.commands.report",
     "specdiff.commands.zoo",

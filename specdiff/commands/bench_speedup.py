@@ -21,6 +21,12 @@ side by side in one run on the shipped testbed.
    reported, and every ratio is a ratio of those medians. Accuracy pools all repeats. Beside it,
    `cpu_time_ratios` uses tokens per CPU second of the (single) torch thread, which a busy
    machine does not distort.
+3. Adaptive (docs/adaptive.md): the masked drafter with a run-time controller (`--controllers`, each at
+   every K in --adaptive-steps and B in --adaptive-blocks; persistent prefix cache, point mass, so exact
+   whatever the unmasking order), tuned on the same validation problems, measured as `spec_adaptive` in
+   the same interleaved rounds; `speedup_adaptive_vs_ar`, `speedup_adaptive_vs_fixed` (over `spec`, the
+   best fixed (K, B)), `accuracy_adaptive`, `controller`. Each further kind of `--drafters` also gets
+   `spec_<kind>_adaptive`: its tuned configuration with the best of its own few controllers.
 `kinds` reports, per drafter kind side by side, its speedup over AR, tokens per round, accuracy,
 exactness and configuration (masked: `spec`, ar: `spec_ar`). The per-round profile of `spec` splits a round into drafting, the verifier's forward, and the
 rest (acceptance rule, cache bookkeeping, prefill amortised over rounds).
@@ -34,6 +40,14 @@ import statistics
 from specdiff.argtypes import nonnegative_int, positive_int, threshold
 
 DEFAULT_DRAFTERS = {"masked": "masked-drafter", "ar": "ar-drafter"}  # the headline's drafters, always measured
+ADAPTIVE_CONTROLLERS = ("confidence:floor=0,finish=0.9", "confidence:floor=0,finish=0.8",
+                        "confidence:floor=0.3,finish=0.9", "confidence:floor=0,finish=0.9+acceptance:margin=4")
+KIND_CONTROLLERS = {  # each further kind's few controllers, tried on its tuned configuration
+    "block": ("confidence:floor=0,finish=0.9", "confidence:floor=0.3", "acceptance:margin=2"),
+    "uniform": ("confidence:floor=0.3", "acceptance:margin=2"),
+    "dflash": ("confidence:floor=0.3", "confidence:floor=0.5", "acceptance:margin=2",
+               "confidence:floor=0.3+acceptance:margin=2"),
+}
 
 
 def drafter_references(values: list[str] | None) -> dict[str, str]:
@@ -81,6 +95,16 @@ def register(targets) -> None:
                          help="block drafter: confidence threshold tau grid (default 0.7 0.9)")
     speedup.add_argument("--uniform-steps", type=positive_int, nargs="+", default=[1, 2, 4],
                          help="uniform drafter: K grid (default 1 2 4)")
+    speedup.add_argument("--controllers", nargs="+", default=list(ADAPTIVE_CONTROLLERS), metavar="NAME",
+                         help="the masked drafter's controller grid (docs/adaptive.md; default: "
+                              + " ".join(ADAPTIVE_CONTROLLERS) + ")")
+    speedup.add_argument("--adaptive-steps", type=positive_int, nargs="+", default=[4, 6],
+                         help="adaptive grid: the most steps K per round (default 4 6)")
+    speedup.add_argument("--adaptive-blocks", type=positive_int, nargs="+", default=[16, 24],
+                         help="adaptive grid: the longest draft B (default 16 24)")
+    speedup.add_argument("--kind-controllers", nargs="+", default=None, metavar="NAME",
+                         help="the controllers tried on each further kind of --drafters (default: its own few, "
+                              "KIND_CONTROLLERS)")
     speedup.add_argument("--seed", type=int, default=0)
     speedup.add_argument("--first-problem", type=nonnegative_int, default=0,
                          help="measure test problems [first, first + problems): re-measure on other problems")
@@ -101,18 +125,27 @@ def run(args) -> int:
     say = (lambda *a: None) if args.json else (lambda *a: print(*a, flush=True))
     tune = tasks.arith_problems("validation", args.tune_problems)
     test = tasks.arith_problems("test", args.first_problem + args.problems)[args.first_problem:]
+    controllers = _check_controllers(args.controllers)
+    if args.kind_controllers is not None:
+        args.kind_controllers = _check_controllers(args.kind_controllers)
     best, best_ar, grid = _tune(args, cache, tune, say, references)
+    adaptive, adaptive_grid = _tune_adaptive(args, cache, tune, say, references["masked"], controllers)
     others = {kind: _tune_kind(kind, reference, args, cache, tune, say)
               for kind, reference in references.items() if kind not in DEFAULT_DRAFTERS}
-    methods = _methods(best, best_ar, cache, args.max_new_tokens, references,
-                       {kind: config for kind, (config, _) in others.items()})
+    others_adaptive = {kind: _tune_kind_adaptive(kind, config, args, cache, tune, say)
+                       for kind, (config, _) in others.items()}
+    tuned = {kind: config for kind, (config, _) in others.items()}
+    tuned.update({f"{kind}_adaptive": config for kind, (config, _) in others_adaptive.items()})
+    tuned["adaptive"] = adaptive
+    methods = _methods(best, best_ar, cache, args.max_new_tokens, references, tuned)
     runs = {name: [] for name in methods}
     for repeat in range(args.repeats):
         for name, method in methods.items():
             runs[name].append(method([p.prompt for p in test], [p.target for p in test], args.seed + repeat))
             say(f"repeat {repeat + 1}/{args.repeats} {name}: {runs[name][-1]['tokens_per_s']:.0f} tokens/s")
     result = _report(args, runs, best, best_ar, grid)
-    result["kinds"] = _kinds(runs, result, best, best_ar, references, others)
+    result.update(_adaptive_report(runs, result, adaptive, adaptive_grid))
+    result["kinds"] = _kinds(runs, result, best, best_ar, references, others, others_adaptive)
     print(json.dumps(result, indent=1))
     return 0
 
@@ -166,6 +199,45 @@ def _tune_kind(kind: str, reference: str, args, cache, problems, say):
     return _best_of(configs, args, cache, problems, say)
 
 
+def _check_controllers(names: list[str]) -> list[str]:
+    """--controllers (or --kind-controllers), each parsed now (a clear error before any model loads); 'none' is refused."""
+    from specdiff.engine.controllers import parse_controller
+
+    for name in names:
+        try:
+            if parse_controller(name) is None:
+                raise ValueError("the adaptive grid needs controllers, not 'none'")
+        except ValueError as error:
+            raise ValueError(f"--controllers: {error}") from None
+    return [name.strip() for name in names]
+
+
+def _tune_adaptive(args, cache, problems, say, masked: str, controllers: list[str]):
+    """(best config, grid rows) of the masked drafter with a controller on validation problems: every
+    controller at every K (the most steps) and B (the longest draft), persistent prefix cache, point mass."""
+    from specdiff.runs import RunConfig
+
+    configs = [RunConfig(f"masked adaptive K<={steps} B<={block} {controller}", drafter=masked, steps=steps,
+                         block_size=block, prefix_cache="persistent", proposal="point_mass", controller=controller)
+               for controller, steps, block in itertools.product(controllers, args.adaptive_steps, args.adaptive_blocks)
+               if steps <= block]
+    return _best_of(configs, args, cache, problems, say)
+
+
+def _tune_kind_adaptive(kind: str, config: dict, args, cache, problems, say):
+    """(best config, grid rows): a further kind's tuned configuration with each of its `KIND_CONTROLLERS`
+    (point mass where the kind's marginal mode would not stay exact under the controller)."""
+    from specdiff.runs import RunConfig
+
+    configs = []
+    for controller in args.kind_controllers or KIND_CONTROLLERS[kind]:
+        candidate = RunConfig(**{**config, "name": f"{config['name']} {controller}", "controller": controller})
+        if kind == "block":
+            candidate.proposal = "point_mass"
+        configs.append(candidate)
+    return _best_of(configs, args, cache, problems, say)
+
+
 def _measure(config, args, cache, problems) -> dict:
     from specdiff.runs import run_config
     from specdiff.eval import tasks
@@ -200,14 +272,18 @@ def _best_of(configs, args, cache, problems, say):
 
 def _methods(best: dict, best_ar: int, cache, max_new_tokens: int, references: dict, others: dict) -> dict:
     """name -> function(prompts, targets, seed) -> figures of one run over the problems; `others`: the tuned
-    configuration of each further kind, measured as `spec_<kind>`."""
+    configuration of each further kind, measured as `spec_<kind>` (and `spec_<kind>_adaptive`), and under
+    "adaptive" the masked drafter's with a controller, measured as `spec_adaptive`."""
     from specdiff.runs import RunConfig, run_config
     from specdiff.eval import tasks
 
+    others = dict(others)
+    adaptive = others.pop("adaptive", None)
     configs = {"ar": RunConfig("ar", drafter=None),
                "spec_ar": RunConfig("spec_ar", drafter=references["ar"], block_size=best_ar),
                "spec": RunConfig(**{**best, "name": "spec"}),
                "spec_batch8": RunConfig(**{**best, "name": "spec_batch8", "batch_size": 8}),
+               **({"spec_adaptive": RunConfig(**{**adaptive, "name": "spec_adaptive"})} if adaptive else {}),
                **{f"spec_{kind}": RunConfig(**{**config, "name": f"spec_{kind}"}) for kind, config in others.items()}}
 
     def ours(config):
@@ -303,7 +379,35 @@ def _report(args, runs, best, best_ar, grid) -> dict:
     }
 
 
-def _kinds(runs: dict, result: dict, best: dict, best_ar: int, references: dict, others: dict) -> dict:
+def _per_round(rows: list[dict]) -> dict:
+    """Tokens per round and ms per round (wall seconds over rounds) of one method's runs."""
+    rounds = sum(r["rounds"] for r in rows)
+    return {"tokens_per_round": sum(r["new_tokens"] for r in rows) / rounds,
+            "ms_per_round": 1000 * sum(r["wall_s"] for r in rows) / rounds,
+            "draft_ms": sum(r["draft_ms"] * r["rounds"] for r in rows) / rounds,
+            "verify_ms": sum(r["verify_ms"] * r["rounds"] for r in rows) / rounds}
+
+
+def _adaptive_report(runs: dict, result: dict, adaptive: dict, grid: list) -> dict:
+    """The adaptive drafter's keys: its speedups over plain decoding and over the best fixed (K, B) (`spec`),
+    its accuracy, exactness, controller and per-round figures, all from the same interleaved rounds."""
+    median = result["tokens_per_s"]
+    ar_baseline = median[result["ar_baseline"]]
+    rows = runs["spec_adaptive"]
+    cpu = result["tokens_per_cpu_s"]
+    return {"speedup_adaptive_vs_ar": median["spec_adaptive"] / ar_baseline,
+            "speedup_adaptive_vs_fixed": median["spec_adaptive"] / median["spec"],
+            "accuracy_adaptive": result["accuracy"]["spec_adaptive"],
+            "exact_adaptive": all(r["exact"] for r in rows),
+            "controller": adaptive["controller"], "adaptive_config": adaptive,
+            "adaptive_per_round": _per_round(rows), "fixed_per_round": _per_round(runs["spec"]),
+            "adaptive_cpu_time_ratios": {"speedup_adaptive_vs_ar": cpu["spec_adaptive"] / max(cpu["ar"], cpu["hf"]),
+                                         "speedup_adaptive_vs_fixed": cpu["spec_adaptive"] / cpu["spec"]},
+            "adaptive_tuning_grid": grid}
+
+
+def _kinds(runs: dict, result: dict, best: dict, best_ar: int, references: dict, others: dict,
+           others_adaptive: dict | None = None) -> dict:
     """kind -> {speedup_vs_ar, tokens_per_round, accuracy, exact, tokens_per_s, config}, all from the same
     interleaved measurement (masked: `spec`, ar: `spec_ar`, others: `spec_<kind>`)."""
     from specdiff.runs import RunConfig
@@ -319,5 +423,16 @@ def _kinds(runs: dict, result: dict, best: dict, best_ar: int, references: dict,
                      "tokens_per_round": statistics.mean(r["tokens_per_round"] for r in rows),
                      "accuracy": result["accuracy"][method], "exact": all(r["exact"] for r in rows),
                      "tokens_per_s": tokens_per_s, "config": config, "method": method,
-                     "tuning_grid": others[kind][1] if kind in others else None}
+                     "tuning_grid": others[kind][1] if kind in others else None, **_per_round(rows)}
+    out["masked"]["adaptive"] = {"speedup_vs_ar": result["speedup_adaptive_vs_ar"], "config": result["adaptive_config"],
+                                 "controller": result["controller"], "accuracy": result["accuracy_adaptive"],
+                                 "exact": result["exact_adaptive"], **result["adaptive_per_round"]}
+    for kind, (config, grid) in (others_adaptive or {}).items():
+        rows = runs[f"spec_{kind}_adaptive"]
+        out[kind]["adaptive"] = {"speedup_vs_ar": result["tokens_per_s"][f"spec_{kind}_adaptive"] / ar_baseline,
+                                 "speedup_vs_fixed": (result["tokens_per_s"][f"spec_{kind}_adaptive"]
+                                                      / result["tokens_per_s"][f"spec_{kind}"]),
+                                 "config": config, "controller": config["controller"],
+                                 "accuracy": result["accuracy"][f"spec_{kind}_adaptive"],
+                                 "exact": all(r["exact"] for r in rows), "tuning_grid": grid, **_per_round(rows)}
     return out

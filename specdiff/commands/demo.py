@@ -5,7 +5,9 @@ decoding of the verifier, classic speculative decoding with the small autoregres
 speculative diffusion with the masked diffusion drafter at a few (effort K, leniency) points
 (`--drafter uniform|block|dflash|ar`, repeatable: that kind's zoo model at its own effort knob). It
 prints accuracy, tokens/s, latency, speedup over plain decoding, mean accepted tokens per round
-and whether the configuration is lossless, and writes a PNG of accuracy against throughput.
+and whether the configuration is lossless, and writes a PNG of accuracy against throughput. The rows
+are timed interleaved: the problems run in chunks of `INTERLEAVE`, every row on each chunk in turn, so
+that a change of machine load moves every row alike (the masked kind also shows its adaptive row).
 
 `specdiff demo --rules` is the synthetic one-position demo of every acceptance rule.
 """
@@ -18,16 +20,25 @@ from specdiff.argtypes import positive_int
 from specdiff.commands import rules_demo
 
 DRAFTER_CHOICES = ("masked", "uniform", "block", "dflash", "ar")  # specdiff.models.DRAFTER_KINDS
+INTERLEAVE = 10  # problems per interleaved chunk: every row runs on each chunk in turn
+# The masked drafter's adaptive row (docs/adaptive.md): at most K = 4 steps over B = 16, every position the
+# drafter is at least 0.9 sure of unmasked at once; point mass, so exact whatever the unmasking order.
+ADAPTIVE = dict(steps=4, block_size=16, proposal="point_mass", controller="confidence:floor=0,finish=0.9")
 
 
-def demo_configs(kinds=("masked",)):
-    """The demo's configurations: the baselines, then each kind's rows (`kind_configs`)."""
+def demo_configs(kinds=("masked",), controller: str | None = None):
+    """The demo's configurations: the baselines, then each kind's rows (`kind_configs`); with the masked
+    kind, its adaptive row (`ADAPTIVE`, or `controller` in its place)."""
     from specdiff.runs import RunConfig
 
     rows = [RunConfig("autoregressive (verifier)", drafter=None),
             RunConfig("AR drafter, B=8", drafter="ar-drafter", block_size=8)]
     for kind in dict.fromkeys(kinds):
         rows += kind_configs(kind)
+        if kind == "masked":
+            adaptive = dict(ADAPTIVE, controller=controller or ADAPTIVE["controller"])
+            rows.append(RunConfig(f"masked K<=4 B<=16 point mass, {adaptive['controller']}",
+                                  drafter="masked-drafter", prefix_cache="persistent", **adaptive))
     return rows
 
 
@@ -97,6 +108,9 @@ def register(subparsers) -> None:
                       help="torch threads (default 1 for the main job: batch-1 decoding of the tiny testbed is bound "
                            "by per-op overhead, and a second thread only adds barrier waits; min(2, cores) for --rules)")
     demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--controller", default=None, metavar="NAME",
+                      help=f"the run-time controller of the masked drafter's adaptive row (default "
+                           f"{ADAPTIVE['controller']}; docs/adaptive.md)")
     demo.add_argument("--plot", metavar="PNG", default="demo_frontier.png",
                       help="accuracy against throughput (default demo_frontier.png; '' for none)")
     demo.add_argument("--rules", action="store_true", help="the synthetic demo of every acceptance rule instead")
@@ -138,19 +152,31 @@ def run(args) -> int:
     from specdiff.models import DRAFTER_KINDS
 
     kinds = args.drafter or ["masked"]
+    if args.controller is not None:
+        from specdiff.engine.controllers import parse_controller
+
+        try:
+            if parse_controller(args.controller) is None:
+                raise ValueError("the adaptive row needs a controller, not 'none'")
+        except ValueError as error:
+            raise ValueError(f"--controller: {error}") from None
     for kind in kinds:
         require_weights(DRAFTER_KINDS[kind])  # before anything runs: `specdiff zoo train NAME`
     cache = ModelCache()
-    configs = demo_configs(kinds)
+    configs = demo_configs(kinds, args.controller)
     _warm_up(configs, cache, prompts[0])
-    rows = []
     from specdiff.progress import progress
 
-    for config in progress(configs, desc="configurations", enabled=not args.json):
-        result = run_config(config, prompts, targets, cache, args.max_new_tokens, seed=args.seed,
-                            progress=not args.json, is_correct=tasks.is_correct)
-        result.pop("records")
-        rows.append(result)
+    # interleaved (issue 23, item 5): the problems in chunks, every configuration on each chunk in turn, so
+    # that a change of machine load falls on all rows alike instead of on whichever row ran at the time
+    chunks = [range(start, min(start + INTERLEAVE, len(prompts))) for start in range(0, len(prompts), INTERLEAVE)]
+    parts = {config.name: [] for config in configs}
+    for number, chunk in enumerate(progress(chunks, desc="interleaved chunks", enabled=not args.json)):
+        for config in configs:
+            parts[config.name].append(run_config(config, [prompts[i] for i in chunk], [targets[i] for i in chunk],
+                                                 cache, args.max_new_tokens, seed=args.seed + 1000 * number,
+                                                 is_correct=tasks.is_correct))
+    rows = [merge_results(parts[config.name]) for config in configs]
     base = rows[0]["tokens_per_s"]
     for row in rows:
         row["speedup"] = row["tokens_per_s"] / base
@@ -163,6 +189,29 @@ def run(args) -> int:
     else:
         _print_table(out)
     return 0
+
+
+def merge_results(parts: list[dict]) -> dict:
+    """One configuration's `run_config` results over several chunks of problems -> the figures of all of
+    them (from the per-problem records), without the records."""
+    records = [r for part in parts for r in part["records"]]
+    wall = sum(part["wall_s"] for part in parts)
+    tokens = sum(r["new_tokens"] for r in records)
+    out = {"config": parts[0]["config"], "problems": len(records), "new_tokens": tokens, "wall_s": wall,
+           "tokens_per_s": tokens / wall if wall else 0.0,
+           "latency_s": sum(r["wall_s"] for r in records) / len(records), "exact": all(p["exact"] for p in parts)}
+    rounds = sum(part.get("rounds", 0) for part in parts)
+    if rounds:
+        accepted = sum(sum(r["accepted"]) for r in records)
+        drafted = sum(sum(r["drafted"]) for r in records)
+        out.update(rounds=rounds, mean_accepted=accepted / rounds, tokens_per_round=tokens / rounds,
+                   acceptance_rate=accepted / drafted if drafted else 0.0,
+                   **{key: sum(part[key] * part["rounds"] for part in parts) / rounds
+                      for key in ("draft_ms", "verify_ms", "accept_ms", "overhead_ms")})
+    correct = [bool(r["correct"]) for r in records]
+    accuracy = sum(correct) / len(correct)
+    out.update(accuracy=accuracy, accuracy_stderr=(accuracy * (1 - accuracy) / len(correct)) ** 0.5)
+    return out
 
 
 def _warm_up(configs, cache, prompt) -> None:

@@ -105,7 +105,9 @@ def config_name(args) -> str:
     effort = f"tau={args.threshold}" if args.threshold is not None else f"K={args.steps}"
     rule = args.rule if args.rule == "lossless" else f"{args.rule}({args.leniency:g})"
     extras = [x for x in (args.method if args.method != "token" else "",
-                          "point mass" if args.proposal == "point_mass" else "") if x]
+                          "point mass" if args.proposal == "point_mass" else "",
+                          f"controller={args.controller}" if getattr(args, "controller", None) not in (None, "none")
+                          else "") if x]
     return " ".join([args.drafter, effort, f"B={args.block_size}", rule, *extras])
 
 

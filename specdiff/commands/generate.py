@@ -39,6 +39,10 @@ def add_generation_flags(parser) -> None:
                         help="measure drafts against the verifier after top-p/top-k (default) or before (untruncated)")
     parser.add_argument("--method", choices=["token", "block"], default="token")
     parser.add_argument("--proposal", choices=["marginal", "point_mass"], default="marginal")
+    parser.add_argument("--controller", default=None, metavar="NAME",
+                        help="run-time controller of effort and draft length per row and round (docs/adaptive.md): "
+                             "confidence, acceptance, effort, joined with '+', parameters after ':' "
+                             "(e.g. confidence:finish=0.9); -B is then the longest draft (default: none, fixed K and B)")
     parser.add_argument("--batch-size", type=positive_int, default=1, help="sequences per batch (default 1)")
     parser.add_argument("--device", default=None, help="torch device for both models, e.g. cuda (default cpu)")
 
@@ -54,6 +58,9 @@ def register(subparsers) -> None:
     generate.add_argument("--max-new-tokens", type=positive_int, default=128)
     generate.add_argument("--seed", type=int, default=0)
     generate.add_argument("--threads", type=positive_int, default=None, help="torch threads (default: torch's)")
+    generate.add_argument("--router", default=None, metavar="FILE",
+                          help="a router of `specdiff route fit`: each prompt gets the configuration of its "
+                               "features' cell (the configuration flags are then ignored)")
     generate.add_argument("--json", action="store_true", help="print JSON")
     generate.set_defaults(handler=run)
 
@@ -91,16 +98,20 @@ def run(args) -> int:
     quiet_transformers()
     if args.threads:
         torch.set_num_threads(args.threads)
-    config = run_config_from_args(args)
     cache = ModelCache(device=args.device)
-    if config.drafter is None:
-        raise ValueError("--drafter is required")
-    generator = build_generator(config, cache)
-    out = generator.generate(prompts, max_new_tokens=args.max_new_tokens, progress=not args.json,
-                             generator=torch.Generator(device=generator.verifier.device).manual_seed(args.seed))
-    result = {"config": config.as_dict(), "exact": generator.exact, "summary": out.summary.as_dict(),
-              "generations": [{"prompt": p, "text": t, "token_ids": ids, "stats": s.as_dict()}
-                              for p, t, ids, s in zip(prompts, out.texts, out.token_ids, out.stats)]}
+    if args.router is not None:
+        result, summary = _routed(args, prompts, cache)
+    else:
+        config = run_config_from_args(args)
+        if config.drafter is None:
+            raise ValueError("--drafter is required")
+        generator = build_generator(config, cache)
+        out = generator.generate(prompts, max_new_tokens=args.max_new_tokens, progress=not args.json,
+                                 generator=torch.Generator(device=generator.verifier.device).manual_seed(args.seed))
+        result = {"config": config.as_dict(), "exact": generator.exact, "summary": out.summary.as_dict(),
+                  "generations": [{"prompt": p, "text": t, "token_ids": ids, "stats": s.as_dict()}
+                                  for p, t, ids, s in zip(prompts, out.texts, out.token_ids, out.stats)]}
+        summary = out.summary
     if args.json:
         print(json.dumps(result, indent=1))
         return 0
@@ -110,8 +121,37 @@ def run(args) -> int:
         print(generation["text"])
         print(f"    [{stats['new_tokens']} tokens in {stats['rounds']} rounds, accepted per round {stats['accepted']}, "
               f"{1000 * stats['wall_s']:.0f} ms]")
-    summary = out.summary
     print(f"acceptance rate {summary.acceptance_rate:.3f}, {summary.tokens_per_round:.2f} tokens/round, "
           f"{summary.tokens_per_s:.0f} tokens/s, latency {1000 * summary.latency_s:.0f} ms, "
           f"exact: {'yes (lossless)' if summary.exact else 'no'}")
     return 0
+
+
+def _routed(args, prompts: list[str], cache):
+    """Each prompt generated under its router's configuration (`specdiff.runs.routing`); prompts sharing a
+    configuration run together. Returns (the JSON result, a summary over all prompts)."""
+    import torch
+
+    from specdiff.engine.stats import summarize
+    from specdiff.runs import build_generator
+    from specdiff.runs.routing import load_router, routed_configs
+
+    router = load_router(args.router)
+    configs = routed_configs(router, prompts, cache)
+    generations, stats, totals = [None] * len(prompts), [None] * len(prompts), dict.fromkeys(
+        ("wall_s", "draft_s", "verify_s", "forward_s"), 0.0)
+    exact = True
+    for name in dict.fromkeys(c.name for c in configs):
+        rows = [i for i, c in enumerate(configs) if c.name == name]
+        generator = build_generator(configs[rows[0]], cache)
+        out = generator.generate([prompts[i] for i in rows], max_new_tokens=args.max_new_tokens,
+                                 generator=torch.Generator(device=generator.verifier.device).manual_seed(args.seed))
+        exact = exact and generator.exact
+        for key in totals:
+            totals[key] += getattr(out.summary, key)
+        for i, text, ids, s in zip(rows, out.texts, out.token_ids, out.stats):
+            generations[i] = {"prompt": prompts[i], "text": text, "token_ids": ids, "stats": s.as_dict(),
+                              "config": configs[i].as_dict()}
+            stats[i] = s
+    summary = summarize(stats, **totals)
+    return {"router": args.router, "exact": exact, "summary": summary.as_dict(), "generations": generations}, summary

@@ -66,6 +66,8 @@ SCHEMA = {
         "method": Field("str", "verification", many=True, choices=METHODS, default=["token"]),
         "proposal": Field("str", "proposal mode", many=True, choices=PROPOSALS, default=["marginal"]),
         "block_size": Field("int", "draft length B", many=True, low=1, high=4096, default=[8]),
+        "controller": Field("str", "run-time controller of effort and draft length ('none': fixed K and B; "
+                                   "docs/adaptive.md)", many=True, default=["none"]),
     },
 }
 TIMING_COLUMNS = ("wall_s", "draft_s", "verify_s", "written")
@@ -189,6 +191,7 @@ def _check_task(config: ConfigText, task: dict, options: dict) -> None:
 def configurations(config: ConfigText, models: dict, grid: dict, section: str = "grid") -> list[dict]:
     """Every grid point as {config_id, name, effort, params}: each rule with its own leniency list,
     times the efforts (each K, then each tau), methods, proposals and block sizes."""
+    from specdiff.engine.controllers import parse_controller
     from specdiff.eval.store import settings_id
 
     for rule, key in LENIENCY_KEYS.items():
@@ -210,13 +213,19 @@ def configurations(config: ConfigText, models: dict, grid: dict, section: str = 
                     typical_delta=grid.get("typical_delta", [None]) if rule == "typical" else [None],
                     gate_top=grid.get("gate_top", [1.0]) if lenient else [1.0],
                     gate_entropy=grid.get("gate_entropy", [0.0]) if lenient else [0.0],
-                    support=grid["support"])
+                    support=grid["support"], controller=grid.get("controller", ["none"]))
         for point in expand_grid(axes):
+            try:  # 'none' is left out of the id, so that older stores keep theirs
+                controller = point.pop("controller").strip()
+                controller = controller if parse_controller(controller) is not None else None
+            except ValueError as error:
+                raise config.error("grid", "controller", str(error)) from None
             params = dict(drafter=models["drafter"], verifier=models["verifier"], **point.pop("effort"), rule=rule,
-                          **_leniency_params(point))
+                          **_leniency_params(point), **({"controller": controller} if controller else {}))
             effort = f"tau={params['threshold']:g}" if params["threshold"] is not None else f"K={params['steps']}"
             out.append(dict(config_id=settings_id(params), name=f"{effort} {_rule_name(params)} {params['method']} "
-                                                                 f"{params['proposal']} B={params['block_size']}",
+                                                                 f"{params['proposal']} B={params['block_size']}"
+                                                                 + (f" {controller}" if controller else ""),
                             effort=effort, params=params))
     return out
 

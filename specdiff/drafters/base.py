@@ -30,6 +30,15 @@ and those of each round's verifier input [last committed token, y_1..y_B] in
 `commit(..., verifier_hidden=)`, where row r's committed ones are the first num_accepted[r] + 1.
 Each is [b, T, H * len(layers)]. When no drafter asks, the verifier computes none: the default
 `verifier_hidden_layers = None` costs nothing.
+
+Planned drafts (`specdiff.engine.controllers`): with a controller the engine calls
+`propose_planned(ids, key_mask, plan)` instead of `propose`; `plan` gives per row the longest draft
+B_r, the steps K_r and a confidence floor. The default drafts max B_r tokens with `propose` and ends
+row r's draft at B_r, or with its first position whose confidence is below the floor; `Draft.lengths` [b] says where each draft ends. A multi-step drafter (masked, block) also
+spends K_r steps and stops denoising early (`specdiff.drafters.unmasking.unmask_planned`).
+Confidence (`Draft.confidence` [b, B]): the largest probability of the drafter's untempered output
+at a position when it was sampled, a function of the drafter's state, never of the drawn token;
+drafters that do not give it are read from `Draft.probs` (its largest entry).
 """
 from __future__ import annotations
 
@@ -44,6 +53,8 @@ from specdiff.lm.sampling import filter_logits  # noqa: F401  (re-exported: draf
 class Draft:
     tokens: torch.Tensor  # [b, B] long: the drafted tokens y_1..y_B
     probs: torch.Tensor | None  # [b, B, V]: q_i, the distribution y_i was sampled from; None: not recorded
+    lengths: torch.Tensor | None = None  # [b] long: row r's draft is tokens[r, :lengths[r]]; None: all B
+    confidence: torch.Tensor | None = None  # [b, B]: each position's confidence (module docstring); None: from probs
 
 
 class Drafter:
@@ -93,6 +104,17 @@ class Drafter:
     def select(self, rows: torch.Tensor) -> None:
         """Keep only the batch rows `rows` [n] (the others finished)."""
 
+    def exact_marginal_with(self, steps_vary: bool = False, reorders: bool = False) -> bool:
+        """Whether q stays the exact marginal under a controller that sets the steps per row and round
+        (steps_vary) or unmasks confident positions first (reorders); drafters that ignore both: as is."""
+        return self.exact_marginal
+
+    def propose_planned(self, ids: torch.Tensor, key_mask: torch.Tensor, plan,
+                        generator: torch.Generator | None = None) -> Draft:
+        """A draft after a controller's plan (`specdiff.engine.controllers.RoundPlan`): max B_r tokens by
+        `propose`, then each row's length from B_r and the confidence floor (module docstring)."""
+        return bound_draft(self.propose(ids, key_mask, plan.max_block, generator), plan)
+
     def draft(self, prefix: torch.Tensor, prefix_mask: torch.Tensor | None, block_size: int,
               generator: torch.Generator | None = None) -> Draft:
         """Stateless one-off proposal after a left-padded prefix [b, P] (start, propose, nothing kept)."""
@@ -100,3 +122,22 @@ class Drafter:
             prefix_mask = torch.ones_like(prefix, dtype=torch.bool)
         self.start(prefix, prefix_mask.bool())
         return self.propose(prefix, prefix_mask.bool(), block_size, generator)
+
+
+def bound_draft(draft: Draft, plan) -> Draft:
+    """Sets draft.lengths [b]: B_r, or up to and with the first position whose confidence is below row r's
+    floor, whichever is shorter. The confidence is draft.confidence, else the largest entry of draft.probs."""
+    tokens = draft.tokens  # [b, B]
+    limits = torch.tensor(plan.block_sizes, device=tokens.device).clamp(max=tokens.shape[1])  # [b]
+    if plan.floors is not None:
+        confidence = draft.confidence
+        if confidence is None:
+            if draft.probs is None:
+                raise ValueError("a confidence floor needs the drafter's confidence or its probabilities")
+            confidence = draft.probs.amax(-1)  # [b, B]
+        floors = torch.tensor(plan.floors, device=tokens.device, dtype=confidence.dtype)[:, None]
+        low = confidence < floors  # [b, B]
+        first_low = torch.where(low.any(-1), low.int().argmax(-1) + 1, tokens.shape[1])  # [b]: ends with it
+        limits = torch.minimum(limits, first_low)
+    draft.lengths = limits
+    return draft

@@ -56,7 +56,15 @@ class BlockDiffusionDrafter(MaskedDiffusionDrafter):
 
     def propose(self, ids, key_mask, block_size, generator=None):
         """ids [b, L] committed tokens, left-padded; key_mask [b, L]. Returns Draft(tokens [b, B], probs [b, B, V])."""
+        self._check_length(block_size)
+        return super().propose(ids, key_mask, block_size, generator)
+
+    def propose_planned(self, ids, key_mask, plan, generator=None):
+        """As the masked drafter's, with max B_r at most the trained block length."""
+        self._check_length(plan.max_block)
+        return super().propose_planned(ids, key_mask, plan, generator)
+
+    def _check_length(self, block_size: int) -> None:
         if self.block_length is not None and block_size > self.block_length:
             raise ValueError(f"block_size {block_size} exceeds the block length this drafter was trained on "
                              f"({self.block_length}); use block_size <= {self.block_length}")
-        return super().propose(ids, key_mask, block_size, generator)

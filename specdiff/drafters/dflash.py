@@ -99,7 +99,8 @@ class DFlashDrafter(Drafter):
         check_finite(logits, "drafter")
         probs = sampling_probs(self.trim(logits), self.temperature, self.top_p, self.top_k)  # [b, B, V]
         tokens = torch.multinomial(probs.view(-1, probs.shape[-1]), 1, generator=generator).view(batch, block_size)
-        return Draft(tokens=tokens, probs=probs)
+        confidence = torch.softmax(logits.float(), dim=-1).amax(-1)  # [b, B]: for a controller's floor
+        return Draft(tokens=tokens, probs=probs, confidence=confidence)
 
     @torch.inference_mode()
     def commit(self, num_accepted: torch.Tensor, verifier_hidden: torch.Tensor | None = None) -> None:

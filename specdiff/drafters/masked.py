@@ -44,7 +44,7 @@ from specdiff.drafters.base import Draft, Drafter
 from specdiff.drafters.prefix_cache import PersistentPrefix, round_cache_steps
 from specdiff.lm.cache import cache_kwargs
 from specdiff.lm.masks import bidirectional_mask, layer_masks, position_ids
-from specdiff.drafters.unmasking import ORDERS, unmask_canvas  # noqa: F401  (unmask_canvas: re-exported)
+from specdiff.drafters.unmasking import ORDERS, unmask_canvas, unmask_planned
 from specdiff.lm.sampling import check_sampling
 
 PREFIX_CACHES = (False, "round", "persistent")
@@ -101,6 +101,35 @@ class MaskedDiffusionDrafter(Drafter):
                                    self.threshold, self.order, self.temperature, self.top_p, self.top_k, generator,
                                    self.output_vocab)
         return Draft(tokens=out, probs=probs)
+
+    def exact_marginal_with(self, steps_vary: bool = False, reorders: bool = False) -> bool:
+        """With K chosen per row and round, q is the marginal only when unmasking strictly left to right; a
+        finish level (confident positions first) breaks that order, so then only one fixed step is exact."""
+        if reorders:
+            return self.threshold is None and self.steps == 1 and not steps_vary
+        if steps_vary:
+            return self.threshold is None and self.order == "left_to_right"
+        return self.exact_marginal
+
+    @torch.inference_mode()
+    def propose_planned(self, ids: torch.Tensor, key_mask: torch.Tensor, plan,
+                        generator: torch.Generator | None = None) -> Draft:
+        """A draft after a controller's plan: row r unmasks B_r positions in K_r steps (or by tau) and stops
+        denoising where its confidence drops (`unmask_planned`). Returns Draft(tokens [b, W], probs
+        [b, W, V], lengths [b], confidence [b, W]), W = max B_r."""
+        batch, width = ids.shape[0], plan.max_block
+        canvas = torch.full((batch, width), self.mask_token_id, dtype=ids.dtype, device=ids.device)
+        tokens = torch.cat([ids, canvas], dim=1)  # [b, L + W]
+        full_mask = torch.cat([key_mask, torch.ones_like(canvas, dtype=torch.bool)], dim=1)
+        step_logits = self._step_logits_fn(tokens, full_mask, width)
+        sizes = torch.tensor(plan.block_sizes, device=ids.device)
+        steps = plan.steps if plan.steps is not None else [self.steps] * batch
+        floors = None if plan.floors is None else torch.tensor(plan.floors, device=ids.device)
+        out, probs, lengths, confidence = unmask_planned(
+            step_logits, tokens[:, -width:], self.mask_token_id, sizes, steps, floors, self.threshold, self.order,
+            self.temperature, self.top_p, self.top_k, generator, self.output_vocab,
+            None if plan.finish is None else torch.tensor(plan.finish, device=ids.device))
+        return Draft(tokens=out, probs=probs, lengths=lengths, confidence=confidence)
 
     def _step_logits_fn(self, tokens: torch.Tensor, key_mask: torch.Tensor, block_size: int):
         """A function canvas [b, B] -> logits [b, B, V] of the canvas positions, one denoising step."""

@@ -79,3 +79,69 @@ def positions_per_step(num_masked: int, steps: int) -> list[int]:
     steps = max(1, min(steps, num_masked))
     base, extra = divmod(num_masked, steps)
     return [base + (1 if i < extra else 0) for i in range(steps)]
+
+
+def unmask_planned(step_logits, canvas: torch.Tensor, mask_token_id: int, block_sizes: torch.Tensor,
+                   steps: list[int], floors: torch.Tensor | None, threshold: float | None, order: str,
+                   temperature: float, top_p: float, top_k: int, generator: torch.Generator | None = None,
+                   vocab_size: int | None = None, finish: torch.Tensor | None = None):
+    """`unmask_canvas` after a controller's plan (`specdiff.engine.controllers`), row by row.
+
+    canvas [b, W] (all masks), W = max B_r. Row r unmasks its first block_sizes[r] positions in steps[r]
+    steps (or by `threshold`): at each step the ceil(masked / steps left) first in the order and, with
+    `finish` [b], also every position whose confidence is at least finish[r]. It stops early once its
+    unmasked prefix (the positions unmasked from the left without a gap) holds a token whose confidence
+    (the largest probability of the untempered output, at the step it was sampled) is below floors[r]:
+    its draft then ends with that token. Confidence is read before a token is drawn, so neither the
+    finish nor the stop depends on a drawn token. Denoising ends when every row has stopped or unmasked
+    its whole plan.
+
+    Returns (tokens [b, W], probs [b, W, V], lengths [b], confidence [b, W]): row r's draft is
+    tokens[r, :lengths[r]], each with the q it was sampled from and its confidence when sampled; the
+    positions past a row's length hold mask tokens and a valid q (never verified)."""
+    width = canvas.shape[1]
+    columns = torch.arange(width, device=canvas.device)[None, :]
+    still_masked = columns < block_sizes[:, None]  # [b, W]: positions row r still has to unmask
+    lengths = block_sizes.clone()  # [b]
+    steps_left = torch.tensor(steps, device=canvas.device)  # [b]: K_r
+    probs_out = confidence = None
+    step = 0
+    while True:
+        logits = step_logits(canvas).float()  # [b, W, V]
+        check_finite(logits, "drafter")
+        logits = logits[..., :vocab_size] if vocab_size else logits
+        if mask_token_id < logits.shape[-1]:
+            logits[..., mask_token_id] = float("-inf")
+        probs = sampling_probs(logits, temperature, top_p, top_k)  # [b, W, V]
+        sampled = sample_rows(probs, generator)  # [b, W]
+        top = torch.softmax(logits, dim=-1).amax(-1)  # [b, W]: confidence, from the logits only
+        score = order_score(order, logits, sampled, generator).masked_fill(~still_masked, float("-inf"))
+        if threshold is None:
+            rank = score.argsort(dim=-1, descending=True).argsort(dim=-1)  # [b, W]: 0 = first in the order
+            left = (steps_left - step).clamp(min=1)  # [b]
+            due = (still_masked.sum(-1) + left - 1) // left  # [b]: ceil(masked / steps left)
+            unmask = rank < due[:, None]
+            if finish is not None:  # and every position the drafter is already sure of
+                unmask |= top >= finish[:, None]
+        else:
+            confident = probs.gather(-1, sampled[..., None]).squeeze(-1) > threshold  # [b, W]
+            best = score.argmax(-1, keepdim=True)
+            unmask = confident | torch.zeros_like(still_masked).scatter_(1, best, True)
+        unmask &= still_masked
+        canvas = torch.where(unmask, sampled, canvas)
+        probs_out = probs if probs_out is None else torch.where(unmask[..., None], probs, probs_out)
+        confidence = top if confidence is None else torch.where(unmask, top, confidence)
+        still_masked &= ~unmask
+        step += 1
+        pending = still_masked.any(-1)  # [b]
+        if floors is not None:
+            drafted = columns < lengths[:, None]  # [b, W]: in the plan (and not cut yet)
+            prefix = (drafted & ~still_masked).int().cumprod(-1).bool()  # [b, W]: the unmasked prefix
+            unsure = prefix & (confidence < floors[:, None])  # [b, W]
+            cut = unsure.any(-1) & (unsure.int().argmax(-1) + 1 < lengths)  # [b]: an unsure token before the end
+            if bool(cut.any()):
+                lengths = torch.where(cut, unsure.int().argmax(-1) + 1, lengths)  # the draft ends with it
+                still_masked &= columns < lengths[:, None]
+                pending = still_masked.any(-1)
+        if not bool(pending.any()):
+            return canvas, probs_out, lengths, confidence

@@ -15,6 +15,15 @@ Exactness (`SequenceStats.exact`): the configuration is lossless when the rule i
 either proposal="point_mass" (verification with a point mass on each drafted token, exact for any
 drafter) or the drafter's q is its exact marginal (`drafter.exact_marginal`: autoregressive,
 K = 1, or strictly left-to-right unmasking). Everything else is the paper's method, approximate.
+
+Controllers (`specdiff.engine.controllers`): with `controller=`, each round's DiffusionDraft follows
+the controller's per-row plan (draft length B_r <= block_size, steps K_r, a confidence floor), made
+from the row's past only; drafts then differ in length L_r. The verifier scores the ragged chunk in
+one forward, right-padded to max L_r + 1 columns: it is causal, so a row's scores at its own columns
+do not see its padding, and `commit` keeps at most L_r + 1 of them. Verification then stops each row
+at L_r (`_verify_ragged`): a row that accepted all L_r of its tokens gets its bonus from p_{L_r+1}.
+The controller changes which proposal is made, never the rule applied to it, so exactness is that of
+the proposal (docs/engine.md, "Controllers").
 """
 from __future__ import annotations
 
@@ -24,12 +33,13 @@ from dataclasses import dataclass
 import torch
 
 from specdiff.acceptance import Lossless, check_rule
+from specdiff.engine.controllers import parse_controller
 from specdiff.engine.stats import SequenceStats, Summary, summarize
 from specdiff.lm.cache import compaction_index, gather_columns
 from specdiff.lm.masks import left_pad
-from specdiff.lm.sampling import NonFiniteLogits
+from specdiff.lm.sampling import NonFiniteLogits, sample_rows
 from specdiff.progress import progress as progress_bar
-from specdiff.verify import METHODS, verify
+from specdiff.verify import METHODS, VerifyResult, verify
 
 PROPOSALS = ("marginal", "point_mass")
 
@@ -43,11 +53,16 @@ class GenerationOutput:
 
 
 class SpeculativeGenerator:
-    """Drafts with `drafter`, verifies with `verifier` (an `sd.Verifier`) under `rule` and `method`."""
+    """Drafts with `drafter`, verifies with `verifier` (an `sd.Verifier`) under `rule` and `method`.
+
+    controller: None (every row drafts block_size tokens at the drafter's effort each round), a
+    `specdiff.engine.controllers.Controller`, or its name ("confidence", "acceptance", "effort",
+    joined with "+", parameters after ":"): per row and round, the draft length (at most block_size),
+    the steps and a confidence floor, chosen from the row's past and the drafter's confidence."""
 
     def __init__(self, drafter, verifier, block_size: int = 8, rule=Lossless(), method: str = "token",
                  proposal: str = "marginal", tokenizer=None, eos_token_id: int | list[int] | None = None,
-                 batch_size: int = 64, drafter_tokenizer=None):
+                 batch_size: int = 64, drafter_tokenizer=None, controller=None):
         check_rule(rule)
         if method not in METHODS:
             raise ValueError(f"unknown method {method!r}: expected one of {METHODS}")
@@ -61,8 +76,11 @@ class SpeculativeGenerator:
         self.rule, self.method, self.proposal, self.tokenizer = rule, method, proposal, tokenizer
         self.batch_size = int(batch_size)
         self.eos_token_ids = eos_token_ids(verifier.model, eos_token_id)
+        self.controller = parse_controller(controller)
+        planned = {} if self.controller is None else dict(steps_vary=self.controller.sets_steps,
+                                                            reorders=self.controller.reorders)
         # exact: a lossless rule against the sampled (truncated) target, and a proposal that is exact
-        self.exact = rule.lossless and (proposal == "point_mass" or drafter.exact_marginal)
+        self.exact = rule.lossless and (proposal == "point_mass" or drafter.exact_marginal_with(**planned))
 
     def generate(self, prompts, max_new_tokens: int = 256, generator: torch.Generator | None = None,
                  progress: bool = False, on_round=None) -> GenerationOutput:
@@ -99,6 +117,9 @@ class SpeculativeGenerator:
         ids, key_mask = left_pad(rows, _pad_id(verifier.model), device=verifier.device)  # [b, P]
         layers = drafter.verifier_hidden_layers
         drafter.start(ids, key_mask, verifier.start(ids, key_mask, layers))
+        controller = self.controller
+        if controller is not None:
+            controller.start(len(rows), block)
         outputs = [[] for _ in rows]
         stats = [SequenceStats(exact=self.exact, block_size=block) for _ in rows]
         live = list(range(len(rows)))  # original index of each row still in the batch
@@ -109,23 +130,35 @@ class SpeculativeGenerator:
             round_index += 1
             round_start = time.perf_counter()
             try:
-                draft = drafter.propose(ids, key_mask, block, generator)  # tokens [b, B], probs [b, B, V]
+                if controller is None:
+                    draft = drafter.propose(ids, key_mask, block, generator)  # tokens [b, B], probs [b, B, V]
+                else:
+                    draft = _ragged(drafter.propose_planned(ids, key_mask, controller.plan(), generator))
             except NonFiniteLogits as error:
                 raise NonFiniteLogits(error.who, error.kind, round_index) from None
             sync()
             drafted = time.perf_counter()
             if draft.probs is None and self.proposal == "marginal":
                 raise ValueError("the drafter returned no probabilities: use proposal='point_mass'")
-            chunk = torch.cat([ids[:, -1:], draft.tokens], dim=1)  # [b, B+1]: last committed, y_1..y_B
-            target_logits, hidden = verifier.score(chunk, layers)  # [b, B+1, V]
+            width = draft.tokens.shape[1]  # B, or max L_r with a controller
+            chunk = torch.cat([ids[:, -1:], draft.tokens], dim=1)  # [b, W+1]: last committed, y_1..y_W
+            target_logits, hidden = verifier.score(chunk, layers)  # [b, W+1, V]
             sync()
             scored = time.perf_counter()
-            draft_logits = None if self.proposal == "point_mass" else draft.probs.log()  # [b, B, V]
-            # support="untruncated": drafts are measured against p before top-p / top-k, [b, B, V]
+            draft_logits = None if self.proposal == "point_mass" else draft.probs.log()  # [b, W, V]
+            # support="untruncated": drafts are measured against p before top-p / top-k, [b, W, V]
             untruncated = verifier.untruncated_logits()[:, :-1] if self.rule.support == "untruncated" else None
-            result = verify(draft.tokens, draft_logits, target_logits, rule=self.rule, method=self.method,
-                            generator=generator, inputs="logits", untruncated_probs=untruncated)
+            if draft.lengths is None:
+                result = verify(draft.tokens, draft_logits, target_logits, rule=self.rule, method=self.method,
+                                generator=generator, inputs="logits", untruncated_probs=untruncated)
+                lengths = [width] * len(live)
+            else:
+                result = _verify_ragged(draft, draft_logits, target_logits, untruncated, self.rule, self.method,
+                                        generator)
+                lengths = draft.lengths.tolist()
             accepted = result.num_accepted.tolist()  # per-row bookkeeping happens on the host
+            if controller is not None:
+                controller.observe(lengths, accepted)
             checked = time.perf_counter()
             verifier.commit(result.num_accepted + 1)  # last committed + accepted drafted tokens stay cached
             drafter.commit(result.num_accepted, hidden)
@@ -151,6 +184,7 @@ class SpeculativeGenerator:
                 s = stats[row]
                 s.rounds += 1
                 s.accepted.append(accepted[position])
+                s.drafted.append(lengths[position])
                 s.new_tokens = len(outputs[row])
                 s.draft_s += draft_s
                 s.verify_s += verify_s
@@ -166,6 +200,8 @@ class SpeculativeGenerator:
                 ids, key_mask = _select(ids, key_mask, selected)
                 verifier.select(selected)
                 drafter.select(selected)
+                if controller is not None:
+                    controller.select(keep)
             if on_round is not None:
                 on_round(round_index, len(live))
         totals["wall_s"] = time.perf_counter() - begin
@@ -205,6 +241,56 @@ class SpeculativeGenerator:
                 budget = min(budget, room)
             budgets.append(budget)
         return budgets
+
+
+def _ragged(draft):
+    """A controller's draft, cut to its longest row: tokens [b, W], probs [b, W, V], W = max L_r. Positions
+    past a row's length (never verified) get the most likely token of their q, so that every drafted
+    token is one its q can have drawn."""
+    lengths = draft.lengths
+    width = int(lengths.max())
+    tokens = draft.tokens[:, :width]
+    probs = None if draft.probs is None else draft.probs[:, :width]
+    if int(lengths.min()) < width:
+        past = torch.arange(width, device=tokens.device)[None, :] >= lengths[:, None]  # [b, W]
+        filler = probs.argmax(-1) if probs is not None else torch.zeros_like(tokens)
+        tokens = torch.where(past, filler, tokens)
+    draft.tokens, draft.probs = tokens, probs
+    return draft
+
+
+def _verify_ragged(draft, draft_logits, target_logits, untruncated, rule, method, generator) -> VerifyResult:
+    """Verification of drafts of lengths L_r (draft.lengths [b]) padded to W: row r is verified on its first
+    L_r tokens against p_1..p_{L_r+1} only. Token verification decides each position from its own uniform,
+    so one call over W positions gives every row's decisions at positions <= L_r; a row that accepted all
+    L_r of them then gets its bonus from the unrelaxed p_{L_r+1} instead of what followed. Block
+    verification is not position by position: rows are verified in groups of equal length."""
+    lengths, tokens = draft.lengths, draft.tokens  # [b], [b, W]
+    batch, width = tokens.shape
+    if method == "token":
+        result = verify(tokens, draft_logits, target_logits, rule=rule, method=method, generator=generator,
+                        inputs="logits", untruncated_probs=untruncated)
+        full = result.num_accepted >= lengths  # [b]: row r accepted its whole draft
+        if not bool(full.any()):
+            return result
+        rows = full.nonzero().squeeze(-1)
+        bonus = sample_rows(torch.softmax(target_logits[rows, lengths[rows]].float(), dim=-1), generator)  # [n]
+        num_accepted = torch.where(full, lengths, result.num_accepted)
+        out = result.tokens.clone()  # [b, W+1]
+        columns = torch.arange(width + 1, device=out.device)[None, :]
+        out[rows] = torch.where(columns < lengths[rows, None], out[rows], -1)
+        out[rows, lengths[rows]] = bonus
+        return VerifyResult(num_accepted=num_accepted, tokens=out, accept_prob=result.accept_prob)
+    num_accepted = torch.zeros(batch, dtype=torch.long, device=tokens.device)
+    out = torch.full((batch, width + 1), -1, dtype=torch.long, device=tokens.device)
+    for length in sorted(set(lengths.tolist())):
+        rows = (lengths == length).nonzero().squeeze(-1)
+        part = verify(tokens[rows, :length], None if draft_logits is None else draft_logits[rows, :length],
+                      target_logits[rows, :length + 1], rule=rule, method=method, generator=generator,
+                      inputs="logits", untruncated_probs=None if untruncated is None else untruncated[rows, :length])
+        num_accepted[rows] = part.num_accepted
+        out[rows, :length + 1] = part.tokens
+    return VerifyResult(num_accepted=num_accepted, tokens=out, accept_prob=None)
 
 
 def _add_rollback(totals: dict, who: str, counts: dict | None) -> None:

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 class SequenceStats:
     rounds: int = 0
     accepted: list[int] = field(default_factory=list)  # accepted drafted tokens per round
+    drafted: list[int] = field(default_factory=list)  # drafted tokens per round (B, or L_r with a controller)
     new_tokens: int = 0
     draft_s: float = 0.0
     verify_s: float = 0.0
@@ -55,7 +56,7 @@ def summarize(stats: list[SequenceStats], wall_s: float, draft_s: float, verify_
     """Aggregates per-sequence statistics; the seconds are totals over all batches."""
     rounds = sum(s.rounds for s in stats)
     accepted = sum(sum(s.accepted) for s in stats)
-    drafted = sum(s.rounds * s.block_size for s in stats)
+    drafted = sum(sum(s.drafted) if s.drafted else s.rounds * s.block_size for s in stats)
     new_tokens = sum(s.new_tokens for s in stats)
     return Summary(
         sequences=len(stats), new_tokens=new_tokens, rounds=rounds,

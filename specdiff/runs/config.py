@@ -34,8 +34,9 @@ class RunConfig:
     support: str = "truncated"  # or "untruncated": drafts measured before top-p / top-k
     method: str = "token"
     proposal: str = "marginal"
-    block_size: int = 8
+    block_size: int = 8  # B: with a controller, the longest draft
     batch_size: int = 1
+    controller: str | None = None  # a run-time controller's name (`specdiff.engine.controllers`); None: fixed
     extra: dict = field(default_factory=dict)
     sampling: dict = field(default_factory=dict)  # the verifier's temperature / top_p / top_k; empty: its defaults
 
@@ -88,6 +89,13 @@ def check_generation_args(args) -> None:
         raise ValueError(f"--typical-delta is Typical's delta (>= 0, with --rule typical), got {args.typical_delta}")
     if getattr(args, "support", "truncated") not in SUPPORTS:
         raise ValueError(f"--support must be one of {SUPPORTS}, got {args.support!r}")
+    if getattr(args, "controller", None) is not None:
+        from specdiff.engine.controllers import parse_controller
+
+        try:
+            parse_controller(args.controller)
+        except ValueError as error:
+            raise ValueError(f"--controller: {error}") from None
 
 
 def run_config_from_args(args, name: str = "cli") -> RunConfig:
@@ -99,4 +107,10 @@ def run_config_from_args(args, name: str = "cli") -> RunConfig:
                      method=args.method, proposal=args.proposal, block_size=args.block_size,
                      batch_size=args.batch_size, typical_delta=getattr(args, "typical_delta", None),
                      gate_top=getattr(args, "gate_top", None), gate_entropy=getattr(args, "gate_entropy", None),
-                     support=getattr(args, "support", "truncated"))
+                     support=getattr(args, "support", "truncated"),
+                     controller=_controller_name(getattr(args, "controller", None)))
+
+
+def _controller_name(spec: str | None) -> str | None:
+    """--controller as stored: None for no controller ("none", "fixed", empty)."""
+    return None if spec is None or spec.strip() in ("", "none", "fixed") else spec.strip()

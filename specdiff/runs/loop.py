@@ -30,7 +30,8 @@ def build_generator(config: RunConfig, cache: ModelCache):
     return SpeculativeGenerator(drafter, verifier, block_size=config.block_size,
                                 rule=config_rule(config), method=config.method,
                                 proposal=config.proposal, tokenizer=cache.tokenizer(config.verifier),
-                                drafter_tokenizer=cache.tokenizer(config.drafter), batch_size=config.batch_size)
+                                drafter_tokenizer=cache.tokenizer(config.drafter), batch_size=config.batch_size,
+                                controller=config.controller)
 
 
 def run_config(config: RunConfig, prompts: list[str], targets: list[str] | None, cache: ModelCache,
@@ -61,11 +62,12 @@ def run_config(config: RunConfig, prompts: list[str], targets: list[str] | None,
                 out = speculative.generate(chunk, max_new_tokens=max_new_tokens, generator=generator)
             chunk_texts, seconds = out.texts, out.summary.wall_s
             calls = {**verifier_calls.as_dict("verifier"), **drafter_calls.as_dict("drafter"), "rows": len(chunk)}
-            chunk_records = [dict(new_tokens=s.new_tokens, rounds=s.rounds, accepted=s.accepted, wall_s=s.wall_s,
+            chunk_records = [dict(new_tokens=s.new_tokens, rounds=s.rounds, accepted=s.accepted, drafted=s.drafted,
+                                  wall_s=s.wall_s,
                                   draft_s=s.draft_s, verify_s=s.verify_s, calls=calls) for s in out.stats]
             rounds += out.summary.rounds
             accepted += sum(sum(s.accepted) for s in out.stats)
-            drafted += sum(s.rounds * s.block_size for s in out.stats)
+            drafted += sum(sum(s.drafted) for s in out.stats)
             draft_s, verify_s = draft_s + out.summary.draft_s, verify_s + out.summary.verify_s
             forward_s += out.summary.forward_s
             exact = exact and out.summary.exact

@@ -23,7 +23,20 @@ def test_demo_runs_the_main_job(tmp_path, capsys):
     assert rows["AR drafter, B=8"]["exact"] and not rows["masked K=4 B=16"]["exact"]
     assert rows["masked K=4 B=16 point mass"]["exact"] and rows["masked K=1 B=8"]["exact"]
     assert not rows["masked K=4 B=16 Typical(0.09)"]["exact"]  # the lenient row that keeps accuracy (issue 22)
+    adaptive = rows["masked K<=4 B<=16 point mass, confidence:floor=0,finish=0.9"]  # the controller's row (issue 23)
+    assert adaptive["exact"] and adaptive["problems"] == 3 and adaptive["tokens_per_round"] >= 1
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_generate_with_a_controller(capsys):
+    assert main(["generate", "Tom has 4 bags of coins with 3 coins in each. How many coins does Tom have now?",
+                 "-K", "4", "-B", "12", "--prefix-cache", "persistent", "--proposal", "point_mass",
+                 "--controller", "confidence:floor=0,finish=0.9+acceptance", "--max-new-tokens", "30", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    stats = out["generations"][0]["stats"]
+    assert out["exact"] and out["config"]["controller"] == "confidence:floor=0,finish=0.9+acceptance"
+    assert len(stats["drafted"]) == stats["rounds"] and max(stats["drafted"]) <= 12
+    assert all(a <= d for a, d in zip(stats["accepted"], stats["drafted"]))
 
 
 def test_generate_json_with_zoo_models(tmp_path, capsys):
@@ -51,6 +64,10 @@ def test_generate_json_with_zoo_models(tmp_path, capsys):
     (["bench", "speedup", "--drafters", "masked,no-such-drafter"], "unknown drafter"),
     (["bench", "speedup", "--block-taus", "1.5"], "--block-taus"),
     (["demo", "--drafter", "sdar"], "--drafter"),
+    (["generate", "x", "--controller", "bandit"], "unknown controller 'bandit'"),
+    (["generate", "x", "--controller", "effort:high=0"], "high must be an integer >= 1"),
+    (["demo", "--controller", "confidence:floor=3"], "--controller"),
+    (["bench", "speedup", "--controllers", "nope"], "--controllers"),
 ])
 def test_bad_flags_get_a_clear_error(argv, message, capsys):
     assert _exit_code(argv) == 2  # counts are refused by argparse, the rest by the handler: both exit 2
@@ -64,13 +81,20 @@ def _exit_code(argv) -> int:
         return exit_info.code
 
 
+ADAPTIVE_GRID = ["--controllers", "confidence:floor=0,finish=0.9", "--adaptive-steps", "2", "--adaptive-blocks", "8"]
+
+
 def test_bench_speedup_keys(capsys):
     assert main(["bench", "speedup", "--json", "--problems", "2", "--tune-problems", "2", "--repeats", "1",
-                 "--steps", "1", "--blocks", "8", "--max-new-tokens", "24"]) == 0
+                 "--steps", "1", "--blocks", "8", "--max-new-tokens", "24", *ADAPTIVE_GRID]) == 0
     out = json.loads(capsys.readouterr().out)
     for key in ("speedup_vs_ar", "speedup_vs_hf_assisted", "speedup_ar_drafter_vs_ar", "accuracy_ar", "accuracy_spec",
-                "mean_accepted", "best_config", "batch8_vs_batch1"):
+                "mean_accepted", "best_config", "batch8_vs_batch1", "speedup_adaptive_vs_ar",
+                "speedup_adaptive_vs_fixed", "accuracy_adaptive", "controller"):
         assert key in out
+    assert out["controller"] == "confidence:floor=0,finish=0.9" and out["exact_adaptive"]
+    assert out["adaptive_config"]["proposal"] == "point_mass" and out["adaptive_per_round"]["ms_per_round"] > 0
+    assert out["speedup_adaptive_vs_fixed"] == out["tokens_per_s"]["spec_adaptive"] / out["tokens_per_s"]["spec"]
     assert {"draft_ms", "verify_ms", "overhead_ms"} <= set(out["profile"])
     assert out["best_config"]["steps"] == 1 and out["best_config"]["rule"] == "lossless"
     assert out["speedup_vs_ar"] > 0
@@ -127,7 +151,7 @@ def test_bench_speedup_reports_each_kind_side_by_side(new_drafters, capsys):
     assert main(["bench", "speedup", "--json", "--problems", "2", "--tune-problems", "2", "--repeats", "1",
                  "--steps", "1", "--blocks", "8", "12", "--caches", "persistent", "--max-new-tokens", "24",
                  "--drafters", "block,uniform", "--drafters", "dflash", "--block-steps", "2", "--block-taus", "0.9",
-                 "--uniform-steps", "1"]) == 0
+                 "--uniform-steps", "1", *ADAPTIVE_GRID, "--kind-controllers", "acceptance:margin=2"]) == 0
     out = json.loads(capsys.readouterr().out)
     kinds = out["kinds"]
     assert set(kinds) == {"masked", "ar", "block", "uniform", "dflash"}
@@ -138,6 +162,9 @@ def test_bench_speedup_reports_each_kind_side_by_side(new_drafters, capsys):
         assert row["speedup_vs_ar"] > 0 and row["tokens_per_round"] >= 1 and 0 <= row["accuracy"] <= 1
         assert row["exact"] and row["config"]["rule"] == "lossless" and row["method"] == f"spec_{kind}"
         assert row["config"]["drafter"] == f"{kind}-drafter" and f"spec_{kind}" in out["tokens_per_s"]
+        adaptive = row["adaptive"]  # the same kind with a controller, in the same interleaved rounds
+        assert adaptive["controller"] == "acceptance:margin=2" and adaptive["exact"]
+        assert adaptive["tokens_per_round"] >= 1 and adaptive["ms_per_round"] > 0 and row["ms_per_round"] > 0
     block_grid = kinds["block"]["tuning_grid"]
     assert {row["config"]["block_size"] for row in block_grid} == {8}  # B <= its trained block length
     assert {(row["config"]["steps"], row["config"]["threshold"], row["config"]["proposal"]) for row in block_grid} \
