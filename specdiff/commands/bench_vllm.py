@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -223,7 +224,7 @@ def _staggered(args, target, draft, masked, prompts, generator) -> tuple[list[di
     every engine and concurrency c (at most c requests in flight; the others wait, as behind a client
     with c connections). Each repeat runs every (engine, c) once, interleaved, so that the machine's
     drift hits them alike; per (engine, c): tokens/s and per-request latency (arrival to its last
-    token) of the repeat with the median wall time.
+    token) of the repeat with the shortest wall time (every repeat's wall time is reported too).
 
     - vLLM (continuous batching): a request enters vLLM's running batch at the next engine step once it
       has arrived and fewer than c are in flight, and leaves it when its own length is reached;
@@ -240,9 +241,11 @@ def _staggered(args, target, draft, masked, prompts, generator) -> tuple[list[di
     lengths = torch.randint(shortest, args.tokens + 1, (count,), generator=generator).tolist()
     schedule = {"rate_per_s": args.rate, "requests": count, "min_tokens": shortest,
                 "arrival_span_s": round(arrivals[-1], 3), "output_tokens": sum(lengths)}
-    observer = _AcceptanceObserver()
-    servers = [(name, _VllmServer(args, target, speculative, extra, observer)) for name, speculative, extra in
+    servers = [(name, _VllmServer(args, target, speculative, extra)) for name, speculative, extra in
                _vllm_cases(args, draft, masked)]
+    observer = _AcceptanceObserver()  # after the engines: outside the plugin's hook, which they install
+    for _, server in servers:
+        server.observer = observer
     servers += [(name, _StaticServer(args, target, make)) for name, make in _engine_drafters(args, draft, masked)]
     warm = [0.0] * min(count, 4)
     for _, server in servers:  # warm-up: a few requests at once, at each concurrency
@@ -252,10 +255,12 @@ def _staggered(args, target, draft, masked, prompts, generator) -> tuple[list[di
     for _ in range(args.repeats):
         for name, server in servers:
             for concurrency in args.concurrency:
-                runs.setdefault((name, concurrency), []).append(server.serve(prompts, arrivals, lengths, concurrency))
+                run = server.serve(prompts, arrivals, lengths, concurrency)
+                runs.setdefault((name, concurrency), []).append(run)
+                print(f"[bench vllm] {name} c={concurrency}: {max(run[0]):.2f} s", file=sys.stderr, flush=True)
     results = []
     for (name, concurrency), measured in runs.items():
-        finish, acceptance = sorted(measured, key=lambda run: max(run[0]))[len(measured) // 2]
+        finish, acceptance = min(measured, key=lambda run: max(run[0]))  # other jobs' load only slows a run
         latency = sorted(f - a for f, a in zip(finish, arrivals))
         wall = max(finish)
         results.append({"engine": name, "concurrency": concurrency, "wall_s": round(wall, 4),
@@ -274,7 +279,7 @@ def _staggered(args, target, draft, masked, prompts, generator) -> tuple[list[di
 
 class _AcceptanceObserver:
     """Counts drafted and accepted tokens at vLLM V1's rejection_sample (the plugin's wrapper, in this
-    process). vLLM's own counters (llm.get_metrics) live in one Prometheus registry per process, which
+    process: build it after the engines, whose start installs the plugin's hook). vLLM's own counters (llm.get_metrics) live in one Prometheus registry per process, which
     the latest engine takes over, so with two engines alive they cannot tell the engines apart."""
 
     def __init__(self):
@@ -323,10 +328,10 @@ def _quantile(values: list[float], q: float) -> float:
 class _VllmServer:
     """One in-process vLLM engine, fed through LLMEngine.add_request / step as requests arrive."""
 
-    def __init__(self, args, target, speculative, extra, observer):
+    def __init__(self, args, target, speculative, extra):
         from vllm import LLM
 
-        self.observer = observer
+        self.observer = None  # an _AcceptanceObserver, set once every engine has started
         self.llm = LLM(model=str(target), skip_tokenizer_init=True, enforce_eager=True, dtype="float32", seed=args.seed,
                        max_model_len=16 + args.tokens + args.block + 8, max_num_seqs=max(args.concurrency),
                        disable_log_stats=False, distributed_executor_backend="uni", speculative_config=speculative,
