@@ -12,17 +12,23 @@ this process (VLLM_ENABLE_V1_MULTIPROCESSING=0, one worker) with a fixed torch t
 engine does. Without --target, a tiny Qwen3 pair (head_dim 32, which vLLM's CPU attention needs) and a
 masked drafter from the target's weights are built in a temporary directory: the zoo's testbed models
 (head_dim 24 and 16) do not load in vLLM's CPU backend.
+
+`--arrivals poisson` (staggered arrivals, where continuous batching differs from static batches):
+`--requests` requests arrive at Poisson times at `--rate` per second, with output lengths uniform in
+`--min-tokens`..`--tokens`, at most c in flight; the engines and concurrencies run interleaved, each
+repeat in turn, and each reports tokens/s and per-request latency (mean, p50, p90). See `_staggered`.
 """
 from __future__ import annotations
 
 import json
 import os
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-from specdiff.argtypes import positive_int
+from specdiff.argtypes import positive_float, positive_int
 
 
 def register(which) -> None:
@@ -39,6 +45,14 @@ def register(which) -> None:
     parser.add_argument("--repeats", type=positive_int, default=3)
     parser.add_argument("--threads", type=positive_int, default=min(2, os.cpu_count() or 1))
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--arrivals", choices=("together", "poisson"), default="together",
+                        help="together: c requests arrive at once, all of --tokens tokens; poisson: --requests "
+                             "requests arrive over time at --rate per second with output lengths drawn uniformly "
+                             "from --min-tokens..--tokens, at most c in flight (c = each --concurrency)")
+    parser.add_argument("--rate", type=positive_float, default=8.0, help="poisson: requests per second")
+    parser.add_argument("--requests", type=positive_int, default=48, help="poisson: requests per run")
+    parser.add_argument("--min-tokens", type=positive_int, default=None,
+                        help="poisson: shortest output length (default --tokens / 4)")
     parser.set_defaults(handler=run)
 
 
@@ -80,7 +94,10 @@ def run(args) -> int:
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # vLLM logs to stdout: keep --json's output JSON only
     import torch
 
+    if args.min_tokens is not None and args.min_tokens > args.tokens:
+        raise SystemExit(f"--min-tokens ({args.min_tokens}) must not exceed --tokens ({args.tokens})")
     torch.set_num_threads(args.threads)
+    load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as scratch:
         if args.target is None:
             target, draft, masked = build_models(Path(scratch))
@@ -88,19 +105,33 @@ def run(args) -> int:
             target, draft, masked = Path(args.target), Path(args.draft), Path(args.masked)
         vocab = json.loads((Path(target) / "config.json").read_text())["vocab_size"]
         generator = torch.Generator().manual_seed(args.seed)
-        prompts = torch.randint(1, vocab - 1, (max(args.concurrency), 16), generator=generator).tolist()
-        results = []
-        for name, speculative, extra in _vllm_cases(args, draft, masked):
-            results += _time_vllm(args, target, prompts, name, speculative, extra)
-            _log(args, results[-len(args.concurrency):])
-        results += _time_engine(args, target, draft, masked, prompts)
-        _log(args, results[-2 * len(args.concurrency):])
-    report = {"settings": {"tokens": args.tokens, "block": args.block, "lam": args.lam, "steps": args.steps,
-                           "threads": args.threads, "engine_threads": torch.get_num_threads(), "repeats": args.repeats, "temperature": 1.0,
-                           "models": "built (tiny Qwen3, head_dim 32)" if args.target is None else str(target)},
-              "results": results, "ratios": _ratios(results)}
+        count = args.requests if args.arrivals == "poisson" else max(args.concurrency)
+        prompts = torch.randint(1, vocab - 1, (count, 16), generator=generator).tolist()
+        if args.arrivals == "poisson":
+            results, schedule = _staggered(args, target, draft, masked, prompts, generator)
+        else:
+            results, schedule = _together(args, target, draft, masked, prompts), None
+    settings = {"arrivals": args.arrivals, "tokens": args.tokens, "block": args.block, "lam": args.lam,
+                "steps": args.steps, "threads": args.threads, "engine_threads": torch.get_num_threads(),
+                "repeats": args.repeats, "temperature": 1.0,
+                "models": "built (tiny Qwen3, head_dim 32)" if args.target is None else str(target),
+                "cpu_count": os.cpu_count(), "load_average_before": [round(x, 2) for x in load_before],
+                "load_average_after": [round(x, 2) for x in os.getloadavg()]}
+    if schedule is not None:
+        settings.update(schedule)
+    report = {"settings": settings, "results": results, "ratios": _ratios(results)}
     print(json.dumps(report, indent=None if args.json else 2))
     return 0
+
+
+def _together(args, target, draft, masked, prompts) -> list[dict]:
+    results = []
+    for name, speculative, extra in _vllm_cases(args, draft, masked):
+        results += _time_vllm(args, target, prompts, name, speculative, extra)
+        _log(args, results[-len(args.concurrency):])
+    results += _time_engine(args, target, draft, masked, prompts)
+    _log(args, results[-2 * len(args.concurrency):])
+    return results
 
 
 def _vllm_cases(args, draft, masked):
@@ -183,6 +214,231 @@ def _time_engine(args, target, draft, masked, prompts) -> list[dict]:
     return out
 
 
+# ------------------------------------------------------------------------------------------------
+# staggered arrivals (--arrivals poisson)
+# ------------------------------------------------------------------------------------------------
+
+
+def _staggered(args, target, draft, masked, prompts, generator) -> tuple[list[dict], dict]:
+    """Poisson arrivals at --rate, output lengths uniform in --min-tokens..--tokens, the same schedule for
+    every engine and concurrency c (at most c requests in flight; the others wait, as behind a client
+    with c connections). Each repeat runs every (engine, c) once, interleaved, so that the machine's
+    drift hits them alike; per (engine, c): tokens/s and per-request latency (arrival to its last
+    token) of the repeat with the shortest wall time (every repeat's wall time is reported too).
+
+    - vLLM (continuous batching): a request enters vLLM's running batch at the next engine step once it
+      has arrived and fewer than c are in flight, and leaves it when its own length is reached;
+    - specdiff's engine (static batches): when idle, it takes every waiting request (at most c) as one
+      batch and returns them together when the batch is done. `SpeculativeGenerator.generate` takes one
+      max_new_tokens per call, so the batch runs to its longest request's length; a request that
+      arrives meanwhile waits for the next batch. At c = 1 that is one request at a time."""
+    import torch
+
+    count = len(prompts)
+    gaps = torch.empty(count, dtype=torch.float64).exponential_(args.rate, generator=generator)
+    arrivals = (torch.cumsum(gaps, 0) - gaps[0]).tolist()  # the first request arrives at 0
+    shortest = args.min_tokens or max(1, args.tokens // 4)
+    lengths = torch.randint(shortest, args.tokens + 1, (count,), generator=generator).tolist()
+    schedule = {"rate_per_s": args.rate, "requests": count, "min_tokens": shortest,
+                "arrival_span_s": round(arrivals[-1], 3), "output_tokens": sum(lengths)}
+    servers = [(name, _VllmServer(args, target, speculative, extra)) for name, speculative, extra in
+               _vllm_cases(args, draft, masked)]
+    observer = _AcceptanceObserver()  # after the engines: outside the plugin's hook, which they install
+    for _, server in servers:
+        server.observer = observer
+    servers += [(name, _StaticServer(args, target, make)) for name, make in _engine_drafters(args, draft, masked)]
+    warm = [0.0] * min(count, 4)
+    for _, server in servers:  # warm-up: a few requests at once, at each concurrency
+        for concurrency in args.concurrency:
+            server.serve(prompts[: len(warm)], warm, [8] * len(warm), concurrency)
+    runs: dict = {}
+    for _ in range(args.repeats):
+        for name, server in servers:
+            for concurrency in args.concurrency:
+                run = server.serve(prompts, arrivals, lengths, concurrency)
+                runs.setdefault((name, concurrency), []).append(run)
+                print(f"[bench vllm] {name} c={concurrency}: {max(run[0]):.2f} s", file=sys.stderr, flush=True)
+    results = []
+    for (name, concurrency), measured in runs.items():
+        finish, acceptance = min(measured, key=lambda run: max(run[0]))  # other jobs' load only slows a run
+        latency = sorted(f - a for f, a in zip(finish, arrivals))
+        wall = max(finish)
+        results.append({"engine": name, "concurrency": concurrency, "wall_s": round(wall, 4),
+                        "tokens_per_s": round(sum(lengths) / wall, 1),
+                        "latency_mean_s": round(statistics.fmean(latency), 4),
+                        "latency_p50_s": round(_quantile(latency, 0.5), 4),
+                        "latency_p90_s": round(_quantile(latency, 0.9), 4),
+                        "acceptance": None if acceptance is None else round(acceptance, 4),
+                        "walls_s": [round(max(run[0]), 3) for run in measured]})
+        _log(args, results[-1:])
+    for _, server in servers:
+        server.close()
+    observer.remove()
+    return results, schedule
+
+
+class _AcceptanceObserver:
+    """Counts drafted and accepted tokens at vLLM V1's rejection_sample (the plugin's wrapper, in this
+    process: build it after the engines, whose start installs the plugin's hook). vLLM's own counters (llm.get_metrics) live in one Prometheus registry per process, which
+    the latest engine takes over, so with two engines alive they cannot tell the engines apart."""
+
+    def __init__(self):
+        from vllm.v1.sample import rejection_sampler as v1
+
+        self.module, self.inner = v1, v1.rejection_sample
+        self.drafted = self.accepted = 0
+
+        def rejection_sample(draft_token_ids, num_draft_tokens, *args, **kwargs):
+            output = self.inner(draft_token_ids, num_draft_tokens, *args, **kwargs)
+            counts = [int(n) for n in num_draft_tokens]
+            real = [n for n, ok in zip(counts, self._real_rows(draft_token_ids, counts)) if ok]
+            emitted = (output != -1).sum(dim=1).tolist()  # accepted drafts + 1 (vLLM's rows, -1 padded)
+            accepted = [max(e - 1, 0) if n else 0 for e, n in zip(emitted, counts)]
+            self.drafted += sum(real)
+            self.accepted += sum(a for a, ok in zip(accepted, self._real_rows(draft_token_ids, counts)) if ok)
+            return output
+
+        v1.rejection_sample = rejection_sample
+
+    @staticmethod
+    def _real_rows(draft_token_ids, counts):
+        """Rows without vLLM's placeholder drafts (-1: drafts vLLM rejects by construction)."""
+        placeholder = (draft_token_ids < 0).tolist()
+        out, start = [], 0
+        for n in counts:
+            out.append(not any(placeholder[start : start + n]))
+            start += n
+        return out
+
+    def read(self) -> tuple[int, int]:
+        return self.accepted, self.drafted
+
+    def remove(self):
+        self.module.rejection_sample = self.inner
+
+
+def _quantile(values: list[float], q: float) -> float:
+    """The q-quantile of sorted values (linear interpolation)."""
+    position = q * (len(values) - 1)
+    low = int(position)
+    high = min(low + 1, len(values) - 1)
+    return values[low] + (values[high] - values[low]) * (position - low)
+
+
+class _VllmServer:
+    """One in-process vLLM engine, fed through LLMEngine.add_request / step as requests arrive."""
+
+    def __init__(self, args, target, speculative, extra):
+        from vllm import LLM
+
+        self.observer = None  # an _AcceptanceObserver, set once every engine has started
+        self.llm = LLM(model=str(target), skip_tokenizer_init=True, enforce_eager=True, dtype="float32", seed=args.seed,
+                       max_model_len=16 + args.tokens + args.block + 8, max_num_seqs=max(args.concurrency),
+                       disable_log_stats=False, distributed_executor_backend="uni", speculative_config=speculative,
+                       additional_config=extra)
+        self.counter = 0
+
+    def serve(self, prompts, arrivals, lengths, concurrency):
+        """Finish times (seconds from the first arrival) and the acceptance of this run."""
+        from vllm import SamplingParams
+
+        engine = self.llm.llm_engine
+        before = self.observer.read()
+        waiting, in_flight, finish = [], {}, [0.0] * len(prompts)
+        arrived, done = 0, 0
+        start = time.perf_counter()
+        while done < len(prompts):
+            now = time.perf_counter() - start
+            while arrived < len(prompts) and arrivals[arrived] <= now:
+                waiting.append(arrived)
+                arrived += 1
+            while waiting and len(in_flight) < concurrency:
+                i = waiting.pop(0)
+                self.counter += 1
+                request_id = f"r{self.counter}"
+                engine.add_request(request_id, {"prompt_token_ids": prompts[i]},
+                                   SamplingParams(temperature=1.0, max_tokens=lengths[i], ignore_eos=True))
+                in_flight[request_id] = i
+            if not in_flight:
+                time.sleep(max(0.0, arrivals[arrived] - now))
+                continue
+            for output in engine.step():
+                if output.finished and output.request_id in in_flight:
+                    finish[in_flight.pop(output.request_id)] = time.perf_counter() - start
+                    done += 1
+        after = self.observer.read()
+        drafted = after[1] - before[1]
+        return finish, (after[0] - before[0]) / drafted if drafted else None
+
+    def close(self):
+        import gc
+
+        del self.llm
+        gc.collect()
+
+
+class _StaticServer:
+    """specdiff's engine serving arrivals in static batches of at most c requests."""
+
+    def __init__(self, args, target, make_drafter):
+        import specdiff as sd
+        from specdiff.models import load_model
+
+        self.args, self.make = args, make_drafter
+        self.target = load_model(str(target))[0]
+        self.sd = sd
+        self.generators = {}
+
+    def _generator(self, concurrency):
+        sd = self.sd
+        if concurrency not in self.generators:
+            self.generators[concurrency] = sd.SpeculativeGenerator(
+                self.make(), sd.Verifier(self.target, temperature=1.0, top_p=1.0, top_k=0), block_size=self.args.block,
+                rule=sd.Linear(self.args.lam), proposal="point_mass", eos_token_id=[], batch_size=concurrency)
+        return self.generators[concurrency]
+
+    def serve(self, prompts, arrivals, lengths, concurrency):
+        import torch
+
+        gen = self._generator(concurrency)
+        generator = torch.Generator().manual_seed(self.args.seed)
+        waiting, finish = [], [0.0] * len(prompts)
+        arrived, done, accepted, drafted = 0, 0, 0, 0
+        start = time.perf_counter()
+        while done < len(prompts):
+            now = time.perf_counter() - start
+            while arrived < len(prompts) and arrivals[arrived] <= now:
+                waiting.append(arrived)
+                arrived += 1
+            if not waiting:
+                time.sleep(max(0.0, arrivals[arrived] - now))
+                continue
+            batch, waiting = waiting[:concurrency], waiting[concurrency:]
+            result = gen.generate([prompts[i] for i in batch], max_new_tokens=max(lengths[i] for i in batch),
+                                  generator=generator)
+            end = time.perf_counter() - start
+            for i in batch:
+                finish[i] = end
+            done += len(batch)
+            accepted += sum(sum(s.accepted) for s in result.stats)
+            drafted += sum(s.rounds for s in result.stats) * self.args.block
+        return finish, accepted / drafted if drafted else None
+
+    def close(self):
+        self.generators.clear()
+
+
+def _engine_drafters(args, draft, masked):
+    """(name, drafter factory) of specdiff's engine: the same draft model and masked drafter as vLLM's."""
+    import specdiff as sd
+    from specdiff.models import load_model
+
+    draft_model, masked_model = load_model(str(draft))[0], load_model(str(masked))[0]
+    yield ("specdiff engine ar-drafter linear",
+           lambda: sd.AutoregressiveDrafter(draft_model, temperature=0.0, top_p=1.0, top_k=0))
+    yield ("specdiff engine masked-drafter linear", lambda: sd.MaskedDiffusionDrafter(masked_model, steps=args.steps))
+
+
 def _row(name, concurrency, tokens, walls, acceptance) -> dict:
     wall = statistics.median(walls)
     return {"engine": name, "concurrency": concurrency, "wall_s": round(wall, 4),
@@ -195,16 +451,22 @@ def _ratios(results) -> dict:
     by = {(r["engine"], r["concurrency"]): r["tokens_per_s"] for r in results}
     pairs = {"draft_model": ("vllm draft_model linear", "specdiff engine ar-drafter linear"),
              "diffusion": ("vllm DiffusionProposer linear", "specdiff engine masked-drafter linear")}
+    latency = {(r["engine"], r["concurrency"]): r.get("latency_mean_s") for r in results}
     out = {}
     for label, (ours, engine) in pairs.items():
         for (name, concurrency), value in by.items():
             if name == ours and (engine, concurrency) in by:
                 out[f"vllm_over_engine_{label}_c{concurrency}"] = round(value / by[(engine, concurrency)], 3)
+                if latency[(name, concurrency)] is not None:
+                    out[f"engine_over_vllm_mean_latency_{label}_c{concurrency}"] = round(
+                        latency[(engine, concurrency)] / latency[(name, concurrency)], 3)
     return out
 
 
 def _log(args, rows) -> None:
     if not args.json:
         for row in rows:
+            latency = (f"  latency mean {row['latency_mean_s']:.3f} s p50 {row['latency_p50_s']:.3f} "
+                       f"p90 {row['latency_p90_s']:.3f}" if "latency_mean_s" in row else "")
             print(f"{row['engine']:40s} c={row['concurrency']:3d}  {row['tokens_per_s']:9.1f} tok/s  "
-                  f"acceptance {row['acceptance']}", flush=True)
+                  f"acceptance {row['acceptance']}{latency}", flush=True)

@@ -2,7 +2,8 @@
 
 Also runnable as a script, for the engine without specdiff's plugin: `VLLM_PLUGINS=none python
 engines.py SPEC.json` prints, as JSON, the greedy tokens of spec decoding and the sampled tokens of
-plain decoding for the prompts in SPEC.json."""
+plain decoding for the prompts in SPEC.json (or, where SPEC.json names `speculative_configs`, the
+greedy tokens of each of them)."""
 from __future__ import annotations
 
 import json
@@ -81,6 +82,15 @@ def main(spec_path: str) -> None:
     from vllm import SamplingParams
 
     spec = json.loads(open(spec_path).read())
+    if "speculative_configs" in spec:  # greedy spec-decode tokens of each method, without the plugin
+        greedy = {}
+        for name, speculative_config in spec["speculative_configs"].items():
+            engine = llm(spec["target"], speculative_config)
+            greedy[name], _ = generate(engine, spec["greedy_prompts"],
+                                       SamplingParams(temperature=0, max_tokens=spec["greedy_tokens"], ignore_eos=True))
+            del engine
+        print("RESULT " + json.dumps({"greedy": greedy}), flush=True)
+        return
     engine = llm(spec["target"], draft_model(spec["draft"]))
     greedy, _ = generate(engine, spec["greedy_prompts"], SamplingParams(temperature=0, max_tokens=spec["greedy_tokens"],
                                                                           ignore_eos=True))

@@ -28,8 +28,11 @@ So the plugin wraps each of those two module functions, `rejection_sample` of V1
 whose rule is Lossless are returned exactly as vLLM sampled them (no lenient row: vLLM's call
 alone). The other rows are verified again, from the same p, q and drafted tokens, by
 `specdiff.verify` (`sampling.relaxed_rejection_sample`), which overwrites their output. Each
-request's rule comes from `SamplingParams.extra_args` over `additional_config`, read by a wrapper
-of the runner's sampling step (V1 `GPUModelRunner._sample`; V2 `RejectionSampler.__call__`).
+request's rule comes from `SamplingParams.extra_args` over `additional_config`: on V1 read per step
+from the runner's request states by a wrapper of `GPUModelRunner._sample`; on V2 (which keeps no
+SamplingParams beside its batch, only per-state arrays) recorded by state index when
+`Sampler.add_request(req_idx, sampling_params)` admits the request, and looked up per verification
+chunk from its `idx_mapping_np` by a wrapper of `RejectionSampler._verify`.
 """
 from __future__ import annotations
 
@@ -216,55 +219,127 @@ def _install_v1() -> None:
 
 def _install_v2() -> None:
     try:
+        from vllm.v1.worker.gpu.sample import sampler as v2_sampler
         from vllm.v1.worker.gpu.spec_decode import rejection_sampler as v2
     except Exception as error:  # noqa: BLE001  (V2 imports Triton kernels; absent on some builds)
         log.debug("specdiff: vLLM's model runner V2 is not importable here (%s); hooking V1 only", error)
         return
+    import inspect
 
-    call = v2.RejectionSampler.__call__
+    # Per-request rules. V2 keeps each request's sampling parameters in arrays indexed by its request
+    # state index (SamplingStates: temperature, seeds, ... [max_num_reqs]), filled by
+    # Sampler.add_request(req_idx, sampling_params) when the runner admits the request; a batch row r
+    # is request state idx_mapping[r]. The plugin keeps its rule beside them: a {req_idx: rule} table
+    # on the Sampler, filled by the same call, read back per verification chunk by idx_mapping_np.
+    sampler_init = v2_sampler.Sampler.__init__
+    init_signature = inspect.signature(sampler_init)
 
-    def __call__(self, logits, input_batch, *args, **kwargs):
-        vllm_config = getattr(self, "_specdiff_config", None)
-        if vllm_config is None:
-            from vllm.config import get_current_vllm_config
+    def __init__(self, *args, **kwargs):
+        sampler_init(self, *args, **kwargs)
+        self._specdiff_config = init_signature.bind(self, *args, **kwargs).arguments.get("vllm_config")
+        self._specdiff_rules = {}
 
-            vllm_config = self._specdiff_config = get_current_vllm_config()
-        # V2 keeps no SamplingParams beside the batch: its requests take the engine's rule
-        rows = [None] * int(input_batch.num_reqs)
-        _batch.rules, _batch.method = _rules_of(vllm_config, rows)
+    v2_sampler.Sampler.__init__ = __init__
+
+    add_request = v2_sampler.Sampler.add_request
+
+    def sampler_add_request(self, req_idx, sampling_params):
+        add_request(self, req_idx, sampling_params)
+        record_request_rule(self, req_idx, sampling_params)
+
+    v2_sampler.Sampler.add_request = sampler_add_request
+
+    verify = v2.RejectionSampler._verify
+    verify_signature = inspect.signature(verify)
+
+    def _verify(self, *args, **kwargs):
+        arguments = verify_signature.bind(self, *args, **kwargs).arguments
+        _batch.rules, _batch.method = v2_rules(self, arguments["idx_mapping_np"])
+        _batch.seeds = _v2_seeds(self.sampler, arguments["idx_mapping_np"], arguments.get("pos"),
+                                 arguments.get("cu_num_logits"))
         try:
-            return call(self, logits, input_batch, *args, **kwargs)
+            return verify(self, *args, **kwargs)
         finally:
-            _batch.rules = None
+            _batch.rules = _batch.seeds = None
 
-    v2.RejectionSampler.__call__ = __call__
+    v2.RejectionSampler._verify = _verify
 
     original = v2.rejection_sample
 
     def rejection_sample(target_logits, draft_logits, draft_sampled, cu_num_logits, pos, idx_mapping,
                          expanded_idx_mapping, expanded_local_pos, temperature, seed, num_speculative_steps,
                          *args, **kwargs):
-        sampled, num_sampled = original(target_logits, draft_logits, draft_sampled, cu_num_logits, pos, idx_mapping,
-                                        expanded_idx_mapping, expanded_local_pos, temperature, seed,
-                                        num_speculative_steps, *args, **kwargs)
+        sampled, num_sampled = rejection_sample.__wrapped__(
+            target_logits, draft_logits, draft_sampled, cu_num_logits, pos, idx_mapping, expanded_idx_mapping,
+            expanded_local_pos, temperature, seed, num_speculative_steps, *args, **kwargs)
         rules = getattr(_batch, "rules", None)
         synthetic = args[0] if args else kwargs.get("synthetic_conditional_rates")
         if not rules or all(rule is None for rule in rules) or synthetic is not None:
             return sampled, num_sampled
         return _relax_v2(sampled, num_sampled, target_logits, draft_logits, draft_sampled, cu_num_logits,
-                         idx_mapping, temperature, rules, _batch.method)
+                         idx_mapping, temperature, rules, _batch.method, generators=getattr(_batch, "seeds", None))
 
+    rejection_sample.__wrapped__ = original  # vLLM's (Triton) function, called first
     v2.rejection_sample = rejection_sample
 
 
+def record_request_rule(sampler, req_idx: int, sampling_params) -> None:
+    """Keep the rule of the request admitted at state index req_idx on V2's Sampler (None: Lossless)."""
+    config = getattr(sampler, "_specdiff_config", None)
+    if config is None:  # a Sampler built before the plugin was installed
+        from vllm.config import get_current_vllm_config
+
+        config = sampler._specdiff_config = get_current_vllm_config()
+    table = getattr(sampler, "_specdiff_rules", None)
+    if table is None:
+        table = sampler._specdiff_rules = {}
+    rules, _ = _rules_of(config, [getattr(sampling_params, "extra_args", None)])
+    table[int(req_idx)] = rules[0]
+
+
+def v2_rules(rejection_sampler, idx_mapping_np) -> tuple[list, str]:
+    """The rule of each row of a V2 verification chunk (rows -> request state indices) and the method."""
+    sampler = rejection_sampler.sampler
+    table = getattr(sampler, "_specdiff_rules", None)
+    method = "block" if getattr(rejection_sampler, "use_block_verification", False) else "token"
+    if table is None:  # no request went through Sampler.add_request: the engine's rule for all
+        from vllm.config import get_current_vllm_config
+
+        rules, _ = _rules_of(get_current_vllm_config(), [None] * len(idx_mapping_np))
+        return rules, method
+    return [table.get(int(i)) for i in idx_mapping_np], method
+
+
+def _v2_seeds(sampler, idx_mapping_np, pos, cu_num_logits) -> dict | None:
+    """{row: torch.Generator} for the rows whose request set its own seed: seeded by (seed, the position
+    of the row's first logits row), so that a seeded lenient request is reproducible as vLLM's are."""
+    states = getattr(sampler, "sampling_states", None)
+    seeds_set = getattr(states, "seeds_set", None)
+    if seeds_set is None or pos is None or cu_num_logits is None or not seeds_set[idx_mapping_np].any():
+        return None
+    seeds = states.seeds.np
+    starts = cu_num_logits[:-1].tolist()
+    positions = pos.tolist()
+    generators = {}
+    for row, idx in enumerate(idx_mapping_np):
+        if seeds_set[idx]:
+            key = (int(seeds[idx]) * 1_000_003 + int(positions[starts[row]])) % (2 ** 63)
+            generators[row] = torch.Generator(pos.device).manual_seed(key)
+    return generators
+
+
 def _relax_v2(sampled, num_sampled, target_logits, draft_logits, draft_sampled, cu_num_logits, idx_mapping,
-              temperature, rules, method):
+              temperature, rules, method, generators=None):
     """V2's layout -> V1's: request r has logits rows cu[r]..cu[r+1]-1, n_r + 1 of them (the drafted
     positions, then the bonus row); draft_sampled[cu[r] + i + 1] is drafted token i (as V2's
     _rejection_kernel reads it). The target logits arrive processed (temperature, top-k, top-p applied
-    by Sampler.apply_sampling_params); the draft logits are [max_num_reqs, K, V] pre-temperature, so q is
-    softmax(draft logits / T). A lenient row's bonus token is drawn here from the unrelaxed p of its
-    bonus row. Not exercised by the CPU tests (V2 needs Triton): see docs/vllm.md."""
+    by Sampler.apply_sampling_params); the draft logits are [max_num_reqs, K, V'] pre-temperature and
+    indexed by request state, so q is softmax(draft logits / T) (zero beyond the draft's vocabulary V'
+    where V' < V, as V2's kernels read only min(V, V') entries). A lenient row's bonus token is drawn
+    here from the unrelaxed p of its bonus row; `generators` ({row: torch.Generator}) are the seeded
+    requests'. vLLM's CPU backend cannot run V2 (it needs Triton): tests/vllm/test_hooks_v2.py checks
+    this on V2's real Sampler and RejectionSampler with a torch stand-in for the Triton kernel."""
+    generators = generators or {}
     cu = cu_num_logits.tolist()
     num_reqs = len(cu) - 1
     vocab = target_logits.shape[-1]
@@ -278,16 +353,22 @@ def _relax_v2(sampled, num_sampled, target_logits, draft_logits, draft_sampled, 
         rows = target_logits[start : start + n + 1].float()
         target_rows.append(rows[:n])
         draft_rows.append(draft_sampled[start + 1 : start + n + 1])
-        probs = rows[n].softmax(-1)
-        bonus.append(rows[n].argmax() if bool(greedy[r]) else torch.multinomial(probs, 1)[0])
+        if bool(greedy[r]):
+            bonus.append(rows[n].argmax())
+        else:
+            bonus.append(torch.multinomial(rows[n].softmax(-1), 1, generator=generators.get(r))[0])
         if draft_logits is not None:
-            q_rows.append((draft_logits[idx_mapping[r], :n, :vocab].float() / scale).softmax(-1))
+            width = min(vocab, draft_logits.shape[-1])
+            q = torch.zeros(n, vocab, dtype=torch.float32, device=target_logits.device)
+            q[:, :width] = (draft_logits[idx_mapping[r], :n, :width].float() / scale).softmax(-1)
+            q_rows.append(q)
     output = sampled.new_full((num_reqs, sampled.shape[1]), -1)
     for r in range(num_reqs):
         output[r, : int(num_sampled[r])] = sampled[r, : int(num_sampled[r])]
     q = torch.cat(q_rows) if q_rows else None
     relaxed_rejection_sample(output, torch.cat(draft_rows), counts, q, torch.cat(target_rows),
-                             torch.stack(bonus), rules[:num_reqs], greedy=greedy, method=method)
+                             torch.stack(bonus), rules[:num_reqs], greedy=greedy, method=method,
+                             generators=generators)
     num_sampled = num_sampled.clone()
     lenient = torch.tensor([rule is not None for rule in rules[:num_reqs]], device=output.device)
     emitted = (output != -1).sum(dim=1).to(num_sampled.dtype)

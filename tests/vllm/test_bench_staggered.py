@@ -1,0 +1,71 @@
+"""`specdiff bench vllm --arrivals poisson`: how its two servers admit staggered requests.
+
+vLLM's continuous batching (bench_vllm._VllmServer, a real in-process engine with the plugin): two
+requests arriving together, of 2 and 12 tokens, share the running batch and the short one returns
+first; a request arriving later joins while the long one is still running. specdiff's static batches
+(bench_vllm._StaticServer, its real SpeculativeGenerator): requests that arrive together leave together,
+at the longest one's length, and one arriving meanwhile waits for the next batch; at c = 1 one at a time.
+"""
+from __future__ import annotations
+
+import sys
+from argparse import Namespace
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("vllm.entrypoints.llm", reason="vLLM is not importable here: run tests/vllm in the environment "
+                    "that scripts/vllm_env.sh builds")
+
+sys.path.insert(0, str(Path(__file__).parent))
+import tiny  # noqa: E402
+
+from specdiff.commands import bench_vllm  # noqa: E402
+
+PROMPTS = [[1, 2, 3, 0], [3, 1, 0, 2], [0, 1, 2, 3]]
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    return tiny.pair(tmp_path_factory.mktemp("bench"), vocab=4)
+
+
+def _args(**overrides):
+    values = dict(block=2, lam=0.5, steps=2, seed=0, tokens=24, concurrency=[1, 2])
+    values.update(overrides)
+    return Namespace(**values)
+
+
+def test_quantile():
+    assert bench_vllm._quantile([1.0, 2.0, 3.0, 4.0], 0.5) == 2.5
+    assert bench_vllm._quantile([1.0, 2.0, 3.0, 4.0, 5.0], 0.9) == pytest.approx(4.6)
+    assert bench_vllm._quantile([7.0], 0.9) == 7.0
+
+
+def test_static_batches_leave_together(pair):
+    import specdiff as sd
+    from specdiff.models import load_model
+
+    draft = load_model(str(pair[1]))[0]
+    server = bench_vllm._StaticServer(_args(), pair[0], lambda: sd.AutoregressiveDrafter(draft, temperature=0.0,
+                                                                                          top_p=1.0, top_k=0))
+    arrivals, lengths = [0.0, 0.0, 0.05], [2, 12, 3]
+    finish, acceptance = server.serve(PROMPTS, arrivals, lengths, concurrency=2)
+    assert finish[0] == finish[1] < finish[2] and acceptance is not None
+    finish, _ = server.serve(PROMPTS, arrivals, lengths, concurrency=1)
+    assert finish[0] < finish[1] < finish[2]
+
+
+def test_continuous_batching_returns_each_request_at_its_own_length(pair):
+    speculative = {"method": "draft_model", "model": str(pair[1]), "num_speculative_tokens": 2}
+    server = bench_vllm._VllmServer(_args(), pair[0], speculative, {"specdiff": {"rule": "linear", "leniency": 1.0}})
+    observer = server.observer = bench_vllm._AcceptanceObserver()
+    try:
+        server.serve(PROMPTS, [0.0] * 3, [2] * 3, concurrency=2)  # warm-up
+        finish, acceptance = server.serve(PROMPTS, [0.0, 0.0, 0.05], [2, 24, 3], concurrency=2)
+        assert finish[0] < finish[1] and finish[2] < finish[1]  # the short ones do not wait for the long one
+        assert acceptance == 1.0  # Linear(1), counted after the plugin's hook
+        assert observer.read()[1] > 0
+    finally:
+        server.close()
+        observer.remove()
