@@ -99,7 +99,7 @@ SAMPLING = {
     "masked-drafter": dict(temperature=0.2, top_p=0.95, top_k=0, order="entropy"),
     # first paper's Table 3: SDAR draft; DiffusionGemma anneals 0.8 -> 0.4 (t_first, t_last); DFlash greedy
     "block-drafter": dict(temperature=0.6, top_p=0.95, top_k=20, order="confidence"),
-    "uniform-drafter": dict(temperature=(0.8, 0.4), top_p=0.95, top_k=0, order="left_to_right"),
+    "uniform-drafter": dict(temperature=(0.8, 0.4), top_p=0.95, top_k=0, order="entropy"),
     "dflash-drafter": dict(temperature=0.0, top_p=1.0, top_k=0),
 }
 
