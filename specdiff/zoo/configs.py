@@ -17,10 +17,10 @@ docs/drafters.md describes them); each moves into the shipped `MODEL_NAMES` once
   ar-drafter's weights: committed tokens attend causally (they are cached once), a block of
   `BLOCK_TOKENS` after a random cut is masked at ratio t and attends to the prefix and, bidirectionally,
   to itself (`zoo_tools.drafter_objectives.block_loss`), plus the causal next-token loss.
-- `uniform-drafter`: a tiny `DiffusionGemmaForBlockDiffusion` (transformers' uniform diffusion
-  model: causal encoder, bidirectional decoder over the canvas, self-conditioning), trained from
-  scratch with the uniform-noise objective on a block after a random cut and the encoder's
-  next-token loss (`uniform_loss`).
+- `uniform-drafter`: uniform diffusion (DiffusionGemma's objective and sampler) on the masked drafter's
+  Qwen3 backbone run block-causally (committed tokens cached causally, the canvas bidirectional), from
+  the masked drafter's weights (`uniform_block_loss`). The earlier DiffusionGemma-architecture recipe
+  (`DiffusionGemmaForBlockDiffusion` from scratch, `uniform_loss`) scored 0.038 standalone.
 - `dflash-drafter`: a DFlash draft model (`MuseGlimmerAssistantModel`) for the shipped verifier:
   the verifier's hidden states at `target_layer_ids` condition one step over [anchor, B masks],
   through the verifier's frozen embeddings and LM head (`dflash_loss`).
@@ -42,17 +42,14 @@ ARCHITECTURES = {
     # keyword arguments of their own configs (DiffusionGemmaTextConfig, MuseGlimmerAssistantConfig)
     "block-drafter": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                           head_dim=16, intermediate_size=256),
-    "uniform-drafter": dict(hidden_size=96, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                            head_dim=24, global_head_dim=24, intermediate_size=384, num_experts=2, top_k_experts=1,
-                            moe_intermediate_size=192, layer_types=["sliding_attention", "full_attention"],
-                            sliding_window=192),
+    "uniform-drafter": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                            head_dim=16, intermediate_size=256),
     "dflash-drafter": dict(hidden_size=96, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                            head_dim=24, intermediate_size=256, layer_types=["full_attention"] * 2,
                            sliding_window=192, target_layer_ids=[1, 4, 6], block_size=BLOCK_TOKENS + 1),
 }
 
 MODEL_CLASSES = {  # transformers class of each zoo model (default Qwen3ForCausalLM)
-    "uniform-drafter": "DiffusionGemmaForBlockDiffusion",
     "dflash-drafter": "MuseGlimmerAssistantModel",
 }
 
@@ -79,16 +76,16 @@ TRAINING = {
     # block objective at the masked drafter's budget, and the same causal next-token loss.
     "block-drafter": dict(objective="block", steps=4000, batch_size=32, lr=1e-3, warmup=100, weight_decay=0.1,
                           seed=4, init_from="ar-drafter", block_tokens=BLOCK_TOKENS, ar_weight=1.0),
-    # DiffusionGemma-style, from scratch, at the verifier's width (2 layers): first the shared backbone as
-    # a causal LM alone (`uniform_weight=0`: the encoder's next-token loss, as DiffusionGemma starts from
-    # an autoregressive Gemma), then uniform noise at ratio t on the block after a random cut, with
-    # self-conditioning on half the batches, plus the same next-token loss. Each stage has its own warmup
-    # and cosine schedule. (From scratch at width 64 with both losses from step 0, 4000 steps: 0.065
-    # standalone; docs/drafters.md.)
-    "uniform-drafter": dict(objective="uniform", steps=6000, batch_size=32, lr=2e-3, warmup=100, weight_decay=0.1,
-                            seed=5, init_from=None, block_tokens=BLOCK_TOKENS, self_conditioning_prob=0.5,
-                            ar_weight=1.0, noised_weight="inverse_t",
-                            stages=[dict(until=1500, uniform_weight=0.0), dict(until=6000)]),
+    # Uniform diffusion on the masked drafter's backbone (Qwen3 64 x 2, Dream's shift), run block-causally
+    # as the block drafter (committed tokens cached causally, the canvas bidirectional): starts from the
+    # shipped masked drafter's weights, so it inherits their arithmetic. Each batch: the block after a
+    # random cut, each token replaced by a uniform random token with probability t ~ U(t_min, t_max) (a
+    # noise curriculum over the stages), a `suffix_prob` share with a clean head and a fully noised tail;
+    # cross-entropy on every block position; plus the causal next-token loss (same weights).
+    # (The DiffusionGemma recipe it replaces, 6000 steps from scratch: 0.038 standalone; docs/drafters.md.)
+    "uniform-drafter": dict(objective="uniform_block", steps=2500, batch_size=32, lr=1e-3, warmup=100,
+                            weight_decay=0.1, seed=5, init_from="masked-drafter", ar_weight=1.0, suffix_prob=0.5,
+                            noised_weight=1.0, stages=[dict(until=300, t_max=0.5), dict(until=2500, t_max=1.0)]),
     # DFlash: the shipped verifier frozen (its embeddings, LM head and hidden states); 4 anchors per
     # problem, each predicting the BLOCK_TOKENS tokens after it in one step.
     "dflash-drafter": dict(objective="dflash", steps=3000, batch_size=32, lr=1e-3, warmup=100, weight_decay=0.1,

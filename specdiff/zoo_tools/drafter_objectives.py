@@ -11,6 +11,14 @@ them; `zoo/configs.py` holds the recipes).
   denoises answer[c:c + B] (eos-padded) after each position was replaced by a uniform random token with
   probability t; cross-entropy on every block position. Self-conditioning: on a share of the batches a
   first no-grad pass gives the logits the second pass is conditioned on.
+- `uniform_block_loss` (uniform diffusion on the block drafter's attention pattern; the zoo's shipped
+  uniform drafter): a Qwen3 backbone with Dream's shift, the prefix `bos prompt answer[:c]` causal (as
+  the drafter caches it), the block answer[c:c + B] (eos-padded to B) attending to the prefix and
+  bidirectionally to itself; each block token is replaced by a uniform random token of the vocabulary
+  with probability t ~ U(t_min, t_max) (a noise curriculum: the stage sets the range); on a
+  `suffix_prob` share of the rows a random cut inside the block keeps the tokens before it clean and
+  noises every token from it on (left-to-right decoding's states). Cross-entropy on every block position (noised ones
+  weighted `noised_weight`, clean ones 1: copying and correcting are both learned).
 - `dflash_loss` (Chen et al. 2026): the frozen verifier's hidden states at `target_layer_ids` of the
   tokens before an anchor a condition one pass over [token a, B masks], embedded and read out by the
   verifier's own embeddings and LM head; cross-entropy on answer tokens a + 1..a + B, several anchors
@@ -99,6 +107,49 @@ def block_loss(model, problems, tokenizer, generator, block_tokens: int) -> torc
     ce = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), x0[:, 1:].flatten(), reduction="none")
     weight = (masked / t)[:, 1:].flatten()
     return (ce * weight).sum() / block.sum()
+
+
+def uniform_block_loss(model, problems, tokenizer, generator, block_tokens: int, t_min: float = MASK_EPS,
+                       t_max: float = 1.0, suffix_prob: float = 0.0, noised_weight: float = 1.0,
+                       targets: list[list[int]] | None = None) -> torch.Tensor:
+    """Uniform diffusion loss on a block after a random cut, block-causal attention, Dream's shift (module
+    docstring). targets: answer token rows to train on instead of the problems' references (the
+    verifier's own samples: on-policy distillation), one per problem."""
+    if targets is None:
+        rows, starts = _rows(problems, tokenizer)
+    else:
+        rows, starts = [], []
+        for p, answer in zip(problems, targets):
+            prompt = tokenizer(p.prompt).input_ids
+            rows.append(prompt + list(answer) + [tokenizer.eos_token_id])
+            starts.append(len(prompt))
+        starts = torch.tensor(starts)
+    lengths = torch.tensor([len(r) for r in rows])
+    cut = _cuts(lengths, starts, generator)  # [b]: the first block token, inside answer + eos
+    rows = [r + [tokenizer.eos_token_id] * block_tokens for r in rows]  # the block is eos-padded to B
+    x0, _, _ = _right_padded([r[:c + block_tokens] for r, c in zip(rows, cut.tolist())], tokenizer.pad_token_id)
+    length = x0.shape[1]
+    ends = cut + block_tokens  # [b]
+    column = torch.arange(length)[None, :]
+    block = (column >= cut[:, None]) & (column < ends[:, None])  # [b, L]
+    batch = len(rows)
+    t = t_min + (t_max - t_min) * torch.rand(batch, 1, generator=generator)  # [b, 1]
+    noised = block & (torch.rand(x0.shape, generator=generator) < t)
+    if suffix_prob > 0:
+        offset = (torch.rand(batch, 1, generator=generator) * block_tokens).long()  # [b, 1] in 0..B-1
+        use = torch.rand(batch, 1, generator=generator) < suffix_prob
+        suffix = block & (column >= cut[:, None] + offset)
+        noised = torch.where(use, suffix, noised)
+    vocab = model.config.get_text_config().vocab_size
+    tokens = torch.where(noised, torch.randint(0, vocab, x0.shape, generator=generator), x0)
+    query, key = column[..., None], column[:, None, :]  # [1, L, 1], [1, 1, L]
+    in_block_q, in_block_k = block[:, :, None], block[:, None, :]
+    allowed = ((key <= query) & (key < cut[:, None, None])) | (in_block_q & in_block_k) | (key == query)
+    allowed &= (column < ends[:, None])[:, None, :]
+    logits = model(input_ids=tokens, attention_mask=allowed[:, None], position_ids=column.expand_as(x0)).logits
+    ce = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), x0[:, 1:].flatten(), reduction="none")
+    weight = torch.where(noised, noised_weight, 1.0)[:, 1:] * block[:, 1:]
+    return (ce * weight.flatten()).sum() / block.sum()
 
 
 def _causal_masks(key_mask: torch.Tensor, types) -> dict:

@@ -38,7 +38,7 @@ def model_config(name: str, tokenizer):
     config = Qwen3Config(
         vocab_size=len(tokenizer), bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id, **configs.COMMON_ARCHITECTURE, **configs.ARCHITECTURES[name])
-    if configs.TRAINING[name]["objective"] in ("mdlm", "block"):
+    if configs.TRAINING[name]["objective"] in ("mdlm", "block", "uniform_block"):
         config.is_causal = False  # documentation for loaders; the drafter also passes a full 4D mask
         config.mask_token_id = tokenizer.mask_token_id
         config.logits_shift = 1  # Dream: logit at position i predicts token i + 1
@@ -216,6 +216,14 @@ def drafter_loss(model, target, recipe: dict, problems, tokenizer, generator) ->
         return objectives.dflash_loss(model, target, problems, tokenizer, generator, block, recipe["anchors"])
     if objective == "uniform" and recipe.get("uniform_weight", 1.0) == 0:  # the causal warm-up stage
         return objectives.encoder_ar_loss(model, problems, tokenizer)
+    if objective == "uniform_block":  # uniform noise on a Qwen3 backbone run block-causally
+        loss = objectives.uniform_block_loss(model, problems, tokenizer, generator, block,
+                                             t_min=recipe.get("t_min", MASK_EPS), t_max=recipe.get("t_max", 1.0),
+                                             suffix_prob=recipe.get("suffix_prob", 0.0),
+                                             noised_weight=recipe.get("noised_weight", 1.0))
+        if recipe.get("ar_weight", 0.0) > 0:
+            loss = loss + recipe["ar_weight"] * ar_loss(model, ar_batch(problems, tokenizer), causal=True)
+        return loss
     if objective == "uniform":
         return objectives.uniform_loss(model, problems, tokenizer, generator, block,
                                        recipe["self_conditioning_prob"], recipe["ar_weight"],
@@ -266,7 +274,7 @@ def quick_accuracy(model, tokenizer, name: str, n: int = 64) -> float:
     problems = tasks.arith_problems("validation", n)
     was_training = model.training
     model.eval()
-    if configs.TRAINING[name]["objective"] in ("block", "uniform"):
+    if configs.TRAINING[name]["objective"] in ("block", "uniform", "uniform_block"):
         from specdiff import models
         from specdiff.drafters.standalone import standalone_texts
 
@@ -303,7 +311,7 @@ def train(name: str, run_dir: str | Path | None = None, out_dir: str | Path | No
     run_dir.mkdir(parents=True, exist_ok=True)
     tokenizer = load_tokenizer()
     objective, target = recipe["objective"], None
-    config = model_config(name, tokenizer) if objective in ("ar", "mdlm", "block") else None
+    config = model_config(name, tokenizer) if objective in ("ar", "mdlm", "block", "uniform_block") else None
 
     torch.manual_seed(recipe["seed"])
     if objective in ("uniform", "dflash"):  # zoo_tools.drafter_objectives: their own transformers classes
@@ -346,7 +354,7 @@ def train(name: str, run_dir: str | Path | None = None, out_dir: str | Path | No
             group["lr"] = learning_rate(step - stage_start, stage_end - stage_start, stage["lr"], stage["warmup"])
         if objective == "ar":
             loss = ar_loss(model, ar_batch(problems, tokenizer))
-        elif objective in ("block", "uniform", "dflash"):
+        elif objective in ("block", "uniform", "uniform_block", "dflash"):
             loss = drafter_loss(model, target, stage, problems, tokenizer, generator)
         else:
             loss = mdlm_loss(model, mdlm_batch(problems, tokenizer), tokenizer.mask_token_id, generator,
@@ -363,7 +371,8 @@ def train(name: str, run_dir: str | Path | None = None, out_dir: str | Path | No
         bar.set_postfix(loss=f"{ema:.4f}", refresh=False)  # redrawn at mininterval, not every step
         done = step + 1
         if done % probe_every == 0 or done == total:
-            acc = quick_accuracy(model, tokenizer, name) if objective in ("ar", "mdlm", "block", "uniform") else None
+            acc = (quick_accuracy(model, tokenizer, name)
+                   if objective in ("ar", "mdlm", "block", "uniform", "uniform_block") else None)
             log.append({"step": done, "loss": round(ema, 4), "val_acc64": acc,
                         "seconds": round(time.time() - began, 1)})
             print(json.dumps(log[-1]), flush=True)
