@@ -8,7 +8,8 @@ are applied for the user:
   `specdiff_role` "masked-drafter" or `mask_token_id` with `is_causal: false`);
 - block (SDAR: `model_type` "sdar" or an SDAR architecture, trust_remote_code, no shift, its
   `block_size`; specdiff's "block-drafter");
-- uniform (`model_type` "diffusion_gemma": `DiffusionGemmaForBlockDiffusion`);
+- uniform (`model_type` "diffusion_gemma": `DiffusionGemmaForBlockDiffusion`; or `specdiff_role`
+  "uniform-drafter": the zoo's, a Qwen3 backbone run block-causally);
 - dflash (a `target_layer_ids` + `block_size` config, e.g. `model_type` "muse_glimmer_assistant"
   or z-lab's DFlash; needs the verifier: `load(..., verifier=...)`, the zoo's names their own);
 - autoregressive: a causal LM (Qwen2, Qwen3, Gemma, Llama, ...), also the only kind of verifier.
@@ -28,12 +29,12 @@ REMOTE_CODE_MODEL_TYPES = MASKED_MODEL_TYPES + BLOCK_MODEL_TYPES  # they ship th
 SAMPLING_KEYS = ("temperature", "top_p", "top_k")
 MASKED_KEYS = ("steps", "threshold", "order", "prefix_cache", "shift_logits", "mask_token_id", "pad_token_id")
 BLOCK_KEYS = ("steps", "threshold", "order", "shift_logits", "mask_token_id", "pad_token_id", "block_length")
-UNIFORM_KEYS = ("steps", "order", "self_conditioning")
+UNIFORM_KEYS = ("steps", "order", "self_conditioning", "entropy_bound")
 DFLASH_KEYS = ("mask_token_id",)
 KINDS = {  # drafter kind: what is recognised as it
     "masked": "Dream, LLaDA, masked-LM classes, specdiff masked drafters",
     "block": "SDAR (model_type sdar), specdiff block drafters",
-    "uniform": "DiffusionGemma (model_type diffusion_gemma)",
+    "uniform": "DiffusionGemma (model_type diffusion_gemma), specdiff uniform drafters",
     "dflash": "DFlash draft models (config with target_layer_ids and block_size)",
     "autoregressive": "causal LMs (*ForCausalLM: Qwen2, Qwen3, Gemma, Llama, ...)",
 }
