@@ -101,12 +101,21 @@ def test_bad_bench_settings_are_clear_errors(tmp_path):
 
 
 def test_ray_executor_runs_units_and_writes_them_once(tmp_path):
+    """One local cluster for both runs, as in a user's session: the bench joins a running cluster
+    (connect_ray starts one only when none is running; tests/test_sweep_ray.py covers that start)."""
     pytest.importorskip("ray", reason="Ray is the optional 'sweep' extra")
-    settings = {**TINY, "steps": (4,), "fd_samples": 0, "workers": 2}
-    result = run_bench(db=tmp_path / "ray.sqlite", executor="ray", **settings)
-    assert result["units"] == {"total": 2, "resumed": 0, "run": 2} and result["config"]["executor"] == "ray"
-    assert {r["method"] for r in result["rows"]} == set(ALL_METHODS) and all(r["speedup"] > 0 for r in result["rows"])
-    assert run_bench(db=tmp_path / "ray.sqlite", executor="ray", **settings)["units"]["resumed"] == 2
+    from specdiff.eval.runner import connect_ray
+
+    ray, started = connect_ray(2, None)
+    try:
+        settings = {**TINY, "steps": (4,), "fd_samples": 0, "workers": 2}
+        result = run_bench(db=tmp_path / "ray.sqlite", executor="ray", **settings)
+        assert result["units"] == {"total": 2, "resumed": 0, "run": 2} and result["config"]["executor"] == "ray"
+        assert {r["method"] for r in result["rows"]} == set(ALL_METHODS) and all(r["speedup"] > 0 for r in result["rows"])
+        assert run_bench(db=tmp_path / "ray.sqlite", executor="ray", **settings)["units"]["resumed"] == 2
+    finally:
+        if started:
+            ray.shutdown()
 
 
 def test_one_ddpm_timing_is_the_baseline_of_every_churn(tmp_path):
