@@ -30,6 +30,7 @@ import numpy as np
 
 from specdiff.commands.frontier import call_costs, compute
 from specdiff.commands.sweep import LENIENCY_KEYS
+from specdiff.eval.frontier import pareto_mask
 from specdiff.eval.frontier_honest import FLOOR_LOSS, is_linear_alone, is_lossless
 
 
@@ -57,19 +58,11 @@ def choose(summaries: list[dict], loss: float) -> dict[str, list[str]]:
     floor = max(s["accuracy"] for s in lossless) - FLOOR_LOSS
     for label, members in (("joint frontier", summaries),
                            ("linear-alone frontier", [s for s in summaries if is_linear_alone(s["params"])])):
-        for s in _pareto([s for s in members if s["accuracy"] > floor]):
-            chosen.setdefault(s["config_id"], []).append(label)
+        above = [s for s in members if s["accuracy"] > floor]
+        for s, on in zip(above, pareto_mask(above, "throughput", keep_ties=True)):  # accuracy up, throughput up
+            if on:
+                chosen.setdefault(s["config_id"], []).append(label)
     return chosen
-
-
-def _pareto(summaries: list[dict]) -> list[dict]:
-    """Non-dominated in (accuracy up, priced throughput up)."""
-    out = []
-    for s in summaries:
-        if not any(o["accuracy"] >= s["accuracy"] and o["throughput"] >= s["throughput"] and
-                   (o["accuracy"] > s["accuracy"] or o["throughput"] > s["throughput"]) for o in summaries):
-            out.append(s)
-    return out
 
 
 def test_config(source: str, chosen: list[dict], problems: int, task_seed: int, run_seed: int, origin: str) -> str:
@@ -123,7 +116,7 @@ def main() -> None:
         raise SystemExit(f"{args.store} is not a validation sweep: refusing to tune on it")
     reasons = choose(summaries, args.loss)
     chosen = [dict(s, reasons=reasons[s["config_id"]]) for s in summaries if s["config_id"] in reasons]
-    text = test_config(sweep["source"] if "source" in sweep else _source(args.store), chosen, args.problems,
+    text = test_config(sweep["source"], chosen, args.problems,
                        args.task_seed, args.run_seed, Path(args.store).name)
     Path(args.out).write_text(text)
     record = dict(validation_store=args.store, loss=args.loss, costs=args.costs or "the store's", chosen=[
@@ -138,16 +131,6 @@ def _per_call(rows: list[dict], config_id: str) -> float | None:
     mine = [r for r in rows if r["config_id"] == config_id and r.get("calls")]
     forwards = sum(r["calls"]["verifier_forwards"] for r in mine)
     return float(np.round(sum(r["new_tokens"] for r in mine) / forwards, 4)) if forwards else None
-
-
-def _source(store: str) -> str:
-    from specdiff.eval.sweepstore import SweepStore
-
-    reader = SweepStore(store)
-    try:
-        return reader.meta("source")
-    finally:
-        reader.close()
 
 
 if __name__ == "__main__":

@@ -87,14 +87,15 @@ def _objectives(summaries: list[dict], axis: str) -> tuple[np.ndarray, list[bool
     return points, [True, higher]
 
 
-def pareto_mask(summaries: list[dict], axis: str) -> np.ndarray:
-    """True for the configurations on the frontier (one of several identical points is kept)."""
+def pareto_mask(summaries: list[dict], axis: str, keep_ties: bool = False) -> np.ndarray:
+    """True for the configurations on the frontier (one of several identical points is kept, or all of
+    them with keep_ties)."""
     import moocore
 
     if not summaries:
         return np.zeros(0, dtype=bool)
     points, maximise = _objectives(summaries, axis)
-    return np.asarray(moocore.is_nondominated(points, maximise=maximise), dtype=bool)
+    return np.asarray(moocore.is_nondominated(points, maximise=maximise, keep_weakly=keep_ties), dtype=bool)
 
 
 def reference_point(summaries: list[dict], axis: str) -> dict:
