@@ -110,7 +110,7 @@ def main() -> None:
     parser.add_argument("--loss", type=float, default=0.01, help="accuracy loss allowed on validation")
     args = parser.parse_args()
     costs = call_costs(args.store, args.costs)
-    out, sweep = compute(args.store, costs=costs)
+    _, sweep = compute(args.store, costs=costs)
     summaries = sweep["summaries"]
     if sweep["settings"]["task"]["options"].get("split") != "validation":
         raise SystemExit(f"{args.store} is not a validation sweep: refusing to tune on it")
