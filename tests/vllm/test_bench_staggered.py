@@ -1,8 +1,11 @@
 """`specdiff bench vllm --arrivals poisson`: how its two servers admit staggered requests.
 
 vLLM's continuous batching (bench_vllm._VllmServer, a real in-process engine with the plugin): two
-requests arriving together, of 2 and 12 tokens, share the running batch and the short one returns
-first; a request arriving later joins while the long one is still running. specdiff's static batches
+requests arriving together, of 2 and 24 tokens, share the running batch and the short one returns
+first; a third, queued behind them at c = 2, joins as soon as the short one leaves, while the long one
+is still running, and returns before it. Those orders are counted in engine steps (the long request needs
+at least 8 steps of at most 3 tokens; the others finish within 4), not in seconds, so a faster machine
+cannot reorder them. specdiff's static batches
 (bench_vllm._StaticServer, its real SpeculativeGenerator): requests that arrive together leave together,
 at the longest one's length, and one arriving meanwhile waits for the next batch; at c = 1 one at a time.
 """
@@ -62,8 +65,9 @@ def test_continuous_batching_returns_each_request_at_its_own_length(pair):
     observer = server.observer = bench_vllm._AcceptanceObserver()
     try:
         server.serve(PROMPTS, [0.0] * 3, [2] * 3, concurrency=2)  # warm-up
-        finish, acceptance = server.serve(PROMPTS, [0.0, 0.0, 0.05], [2, 24, 3], concurrency=2)
-        assert finish[0] < finish[1] and finish[2] < finish[1]  # the short ones do not wait for the long one
+        # all three arrive at once; the third waits for a free slot (c = 2), not for the batch to end
+        finish, acceptance = server.serve(PROMPTS, [0.0, 0.0, 0.0], [2, 24, 3], concurrency=2)
+        assert finish[0] < finish[2] < finish[1]  # the short ones do not wait for the long one
         assert acceptance == 1.0  # Linear(1), counted after the plugin's hook
         assert observer.read()[1] > 0
     finally:
