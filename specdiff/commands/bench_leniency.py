@@ -47,6 +47,8 @@ def register(which) -> None:
     p.add_argument("--json", action="store_true", help="print only the JSON result")
     p.add_argument("--drafter", choices=("masked", "block"), default="masked", help="drafter kind (its zoo model)")
     p.add_argument("--steps", type=positive_int, nargs="+", default=[2, 4], help="K grid (default 2 4)")
+    p.add_argument("--threshold", type=float, nargs="+", default=None,
+                   help="a confidence-threshold grid tau in (0, 1] to tune over instead of K")
     p.add_argument("--block-size", type=positive_int, default=16, help="B (default 16; the block drafter caps it)")
     p.add_argument("--tune-problems", type=positive_int, default=60, help="validation problems (default 60)")
     p.add_argument("--problems", type=positive_int, default=200, help="test problems measured (default 200)")
@@ -71,6 +73,8 @@ def run(args) -> int:
 
     if not 0 <= args.loss < 1:
         raise ValueError(f"--loss must be in [0, 1), got {args.loss}")
+    if args.threshold is not None and not all(0 < tau <= 1 for tau in args.threshold):
+        raise ValueError(f"--threshold values must be in (0, 1], got {args.threshold}")
     quiet_transformers()
     torch.set_num_threads(args.threads)
     say = (lambda *a: None) if args.json else (lambda *a: print(*a, flush=True))
@@ -85,8 +89,13 @@ def run(args) -> int:
     tune = tasks.arith_problems("validation", args.tune_problems)
     test = tasks.arith_problems("test", args.first_problem + args.problems)[args.first_problem:]
 
-    def config(name, steps, **rule):
-        return RunConfig(f"K={steps} {name}", drafter=drafter, steps=steps, block_size=block, proposal=proposal, **rule)
+    # the effort grid: K denoising steps, or confidence thresholds tau when --threshold is given
+    efforts = ([(f"tau={tau}", dict(threshold=tau)) for tau in args.threshold] if args.threshold
+               else [(f"K={steps}", dict(steps=steps)) for steps in args.steps])
+
+    def config(name, effort, **rule):
+        label, knob = effort
+        return RunConfig(f"{label} {name}", drafter=drafter, block_size=block, proposal=proposal, **knob, **rule)
 
     def measure(run, problems, seed):
         result = run_config(run, [p.prompt for p in problems], [p.target for p in problems], cache,
@@ -96,12 +105,12 @@ def run(args) -> int:
         result.update(priced_throughput=result["new_tokens"] / priced, tokens_per_call=result["new_tokens"] / forwards)
         return result
 
-    run_config(config("lossless", 1), [tune[0].prompt], None, cache, 16)  # warm-up: load both models
+    run_config(config("lossless", efforts[0]), [tune[0].prompt], None, cache, 16)  # warm-up: load both models
     grid = []
-    for steps in args.steps:
+    for effort in efforts:
         for name, rule in (("lossless", {}),) + CANDIDATES:
-            result = measure(config(name, steps, **rule), tune, args.seed)
-            grid.append(dict(config=config(name, steps, **rule).as_dict(), lossless=name == "lossless",
+            result = measure(config(name, effort, **rule), tune, args.seed)
+            grid.append(dict(config=config(name, effort, **rule).as_dict(), lossless=name == "lossless",
                              **{k: result[k] for k in ("accuracy", "tokens_per_round", "tokens_per_call",
                                                        "priced_throughput", "tokens_per_s")}))
             say(f"tune {grid[-1]['config']['name']}: accuracy {result['accuracy']:.3f}, "

@@ -137,3 +137,19 @@ def test_bench_leniency_tunes_on_validation_and_reports_held_out_ratios(capsys):
     assert out["chosen"] in names and out["lossless"] in names
     if out["no_lenient_rule_qualified"]:
         assert out["chosen"] == out["lossless"] and out["tokens_per_call_ratio"] == 1.0
+
+
+def test_bench_leniency_tunes_the_block_drafter_over_thresholds(capsys):
+    argv = ["bench", "leniency", "--json", "--drafter", "block", "--block-size", "8", "--threshold", "0.9",
+            "--tune-problems", "1", "--problems", "2", "--repeats", "1", "--max-new-tokens", "16"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    names = [row["config"]["name"] for row in out["tuning"]]
+    assert len(names) == 10 and names[0] == "tau=0.9 lossless" and out["drafter"] == "block"
+    assert all(row["config"]["threshold"] == 0.9 and row["config"]["block_size"] == 8 for row in out["tuning"])
+    assert out["lossless_config"]["proposal"] == "point_mass"  # the block drafter is exact only in point mass
+
+
+def test_bench_leniency_refuses_a_threshold_outside_the_unit_interval(capsys):
+    assert main(["bench", "leniency", "--json", "--threshold", "1.5"]) != 0
+    assert "--threshold values must be in (0, 1]" in capsys.readouterr().err
