@@ -153,3 +153,28 @@ def test_bench_leniency_tunes_the_block_drafter_over_thresholds(capsys):
 def test_bench_leniency_refuses_a_threshold_outside_the_unit_interval(capsys):
     assert main(["bench", "leniency", "--json", "--threshold", "1.5"]) != 0
     assert "--threshold values must be in (0, 1]" in capsys.readouterr().err
+
+
+def test_bench_leniency_pools_repeats_per_problem_for_points_and_intervals():
+    from argparse import Namespace
+
+    from specdiff.commands.bench_leniency import _report
+
+    costs = {"verifier": {"per_forward_ms": 10.0, "per_token_ms": 0.0}}
+
+    def run(tokens, walls, correct, rate):  # one repeat's records; tokens_per_s is the whole-run rate
+        records = [dict(new_tokens=t, wall_s=w, correct=c, calls={"verifier_forwards": t // 4, "verifier_tokens": 0})
+                   for t, w, c in zip(tokens, walls, correct)]
+        return dict(records=records, tokens_per_s=rate, tokens_per_round=4.0)
+
+    runs = {"lossless": [run([8, 8, 8], [1, 1, 1], [1, 1, 0], 8.0), run([8, 8, 8], [1, 1, 2], [1, 0, 0], 6.0)],
+            "lenient": [run([8, 8, 8], [0.5, 1, 1], [1, 1, 1], 9.6), run([8, 8, 8], [0.5, 0.5, 1], [1, 1, 0], 12.0)]}
+    out = _report(runs, costs, Namespace(seed=0))
+    # pooled over both repeats, problem by problem: 48 tokens in 7 s against 48 tokens in 4.5 s
+    assert out["throughput_ratio"] == pytest.approx(7 / 4.5)
+    assert out["accuracy_lossless"] == pytest.approx(0.5) and out["accuracy_lenient"] == pytest.approx(5 / 6)
+    assert out["accuracy_difference"] == pytest.approx(5 / 6 - 0.5)
+    assert out["throughput_ratios_per_repeat"] == pytest.approx([1.2, 2.0])
+    for key in ("throughput_ratio", "accuracy_difference"):
+        low, high = out[f"{key}_95"]
+        assert low <= out[key] <= high, key
