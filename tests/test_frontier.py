@@ -107,3 +107,20 @@ def test_report_is_one_self_contained_page(store, tmp_path, capsys):
         assert f"<td class=\"l\">{name}</td>" in html
     assert "median_rel_error_throughput" in html and "steps = [1, 2]" in html and "K=4 lam=0 (1/40)" in html
     assert "hypervolume joint" in html and "reference point" in html
+
+
+def test_the_figure_labels_its_speed_axes_by_the_cost_they_show(store):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from specdiff.eval.figures import draw_frontier
+
+    summaries = load_sweep(store)["summaries"]
+    for cost, unit in (("wall", "wall s"), ("calls", "priced s")):
+        figure, axes = plt.subplots(1, 2)
+        for axis, name in zip(axes, ("latency", "throughput")):
+            draw_frontier(axis, summaries, name, analyse(summaries)[name], cost=cost)
+            assert unit in axis.get_xlabel(), (cost, name, axis.get_xlabel())
+        plt.close(figure)

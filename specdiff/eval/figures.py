@@ -55,7 +55,8 @@ def _gradient_line(axis, xs, ys, colours, width=5.0, pieces=24):
     axis.add_collection(LineCollection(segments, colors=segment_colours, linewidths=width, capstyle="round", zorder=3))
 
 
-def draw_frontier(axis, summaries: list[dict], name: str, analysis: dict | None = None) -> None:
+def draw_frontier(axis, summaries: list[dict], name: str, analysis: dict | None = None, cost: str = "wall") -> None:
+    """One axis of the frontier figure; `cost="calls"` labels the speed axis in priced seconds."""
     key, higher, label = AXES[name]
     colours = effort_colours(s["effort"] for s in summaries)
     on = pareto_mask(summaries, name)
@@ -83,7 +84,7 @@ def draw_frontier(axis, summaries: list[dict], name: str, analysis: dict | None 
         axis.plot([], [], "o", color=colour, label=effort)
     axis.plot([], [], "o", markerfacecolor="none", markeredgecolor="0.4", label="dominated")
     axis.plot([], [], "--", color="0.4", lw=1, label="frontier of one K")
-    if analysis is not None and analysis.get("cost") == "calls":  # model calls priced once (docs/leniency.md)
+    if cost == "calls":  # model calls priced once (docs/leniency.md)
         label = label.replace("wall s", "priced s")
     axis.set_xlabel(label)
     axis.set_ylabel("accuracy (± 1 s.e. on the frontier)")
@@ -100,7 +101,7 @@ def frontier_png(summaries: list[dict], analysis: dict | None = None, title: str
     plt = _pyplot()
     figure, axes = plt.subplots(1, 2, figsize=(12, 4.6))
     for axis, name in zip(axes, ("latency", "throughput")):
-        draw_frontier(axis, summaries, name, (analysis or {}).get(name))
+        draw_frontier(axis, summaries, name, (analysis or {}).get(name), (analysis or {}).get("cost", "wall"))
     if title:
         figure.suptitle(title, fontsize=10)
     figure.tight_layout()
