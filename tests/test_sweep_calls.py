@@ -66,6 +66,29 @@ def test_the_calls_frontier_is_the_priced_calls_and_does_not_move(swept, capsys)
     assert json.loads(capsys.readouterr().out)["cost"] == "wall"
 
 
+def test_the_report_can_show_the_priced_calls(swept, capsys):
+    tmp, store = swept
+    costs = tmp / "costs.json"
+    costs.write_text(json.dumps(COSTS))
+    page = tmp / "priced.html"
+    assert main(["report", str(store), "--cost", "calls", "--costs", str(costs), "--out", str(page)]) == 0
+    text = page.read_text()
+    assert "priced seconds, not wall time" in text
+    reader = SweepStore(store)
+    try:
+        rows = reader.rows()
+    finally:
+        reader.close()
+    for config_id in {r["config_id"] for r in rows}:  # the configurations' latency column is the priced one
+        mine = [r for r in rows if r["config_id"] == config_id]
+        assert f"{sum(price_ms(r['calls'], COSTS) for r in mine) / len(mine) / 1000:.4f} ± " in text
+    wall = tmp / "wall.html"
+    assert main(["report", str(store), "--out", str(wall)]) == 0
+    assert "priced seconds" not in wall.read_text()
+    assert main(["report", str(store), "--costs", str(costs), "--out", str(wall)]) == 2
+    assert "--cost calls" in capsys.readouterr().err
+
+
 def test_the_call_costs_are_measured_once_and_kept_in_the_store(swept):
     from specdiff.commands.frontier import call_costs
 

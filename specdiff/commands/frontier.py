@@ -41,16 +41,11 @@ def register(subparsers) -> None:
 def compute(store: str | Path, latency_ref: float | None = None, include_incomplete: bool = False,
             costs: dict | None = None, honest: bool = False) -> tuple[dict, dict]:
     """(the JSON result, the loaded sweep). With `costs`, the speed axes are priced calls (eval.pricing)."""
-    from specdiff.eval.frontier import analyse, load_sweep, summarize
-    from specdiff.eval.pricing import priced_rows
+    from specdiff.eval.frontier import analyse, load_sweep
+    from specdiff.eval.pricing import priced_sweep
 
     sweep = load_sweep(store, include_incomplete)
-    if costs is not None:
-        rows = priced_rows(sweep["rows"], costs)
-        kept = {s["config_id"] for s in sweep["summaries"]}
-        sweep["summaries"] = [s for s in summarize(sweep["configurations"], rows) if s["config_id"] in kept]
-    else:
-        rows = sweep["rows"]
+    rows = priced_sweep(sweep, costs) if costs is not None else sweep["rows"]
     out = analyse(sweep["summaries"], latency_ref)
     out["cost"] = "calls" if costs is not None else "wall"
     if costs is not None:

@@ -18,15 +18,24 @@ def register(subparsers) -> None:
                    help="the page (default: STORE with suffix .report.html)")
     p.add_argument("--latency-ref", type=positive_float, default=None,
                    help="latency of the hypervolume reference point, s (default 1.1 x the slowest configuration)")
+    p.add_argument("--cost", choices=("wall", "calls"), default="wall",
+                   help="the speed axes: measured wall time (default), or the rows' model calls priced once "
+                        "(as `specdiff frontier --cost calls`)")
+    p.add_argument("--costs", metavar="JSON", default=None,
+                   help="with --cost calls: per-call costs from this file instead of the store's own")
     p.add_argument("--json", action="store_true", help="print where the page went as JSON")
     p.set_defaults(handler=run)
 
 
 def run(args) -> int:
+    from specdiff.commands.frontier import call_costs
     from specdiff.eval.report import build_report
 
+    if args.costs is not None and args.cost != "calls":
+        raise ValueError("--costs prices the calls axis: give it with --cost calls")
     path = Path(args.out) if args.out else Path(args.store).with_suffix(".report.html")
-    page = build_report(args.store, args.latency_ref)
+    costs = call_costs(args.store, args.costs) if args.cost == "calls" else None
+    page = build_report(args.store, args.latency_ref, costs)
     path.write_text(page)
     if args.json:
         print(json.dumps({"report": str(path), "bytes": len(page.encode())}))

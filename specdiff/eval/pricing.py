@@ -37,3 +37,15 @@ def priced_rows(rows: list[dict], costs: dict) -> list[dict]:
                              "store's schema 2): re-run its sweep into a new store for --cost calls")
         out.append(dict(row, wall_s=price_ms(row["calls"], costs) / 1000.0))
     return out
+
+
+def priced_sweep(sweep: dict, costs: dict) -> list[dict]:
+    """Re-price a loaded sweep (`eval.frontier.load_sweep`'s dict) in place: its summaries, for the same
+    configurations it kept, are re-made from the priced rows. Returns those rows (`sweep["rows"]` keeps
+    the measured wall time)."""
+    from specdiff.eval.frontier import summarize
+
+    rows = priced_rows(sweep["rows"], costs)
+    kept = {s["config_id"] for s in sweep["summaries"]}
+    sweep["summaries"] = [s for s in summarize(sweep["configurations"], rows) if s["config_id"] in kept]
+    return rows

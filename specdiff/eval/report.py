@@ -14,6 +14,7 @@ import json
 
 from specdiff.eval.figures import accepted_histograms_png, frontier_png
 from specdiff.eval.frontier import AXES, analyse, load_sweep, pareto_mask
+from specdiff.eval.pricing import priced_sweep
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1250px; color: #222; }
@@ -162,17 +163,25 @@ def _configurations_section(sweep: dict) -> str:
     return "<h2>Configurations</h2>" + _table(header, rows, left=1)
 
 
-def build_report(store, latency_ref: float | None = None) -> str:
-    """The HTML page of a sweep store (see the module docstring)."""
+def build_report(store, latency_ref: float | None = None, costs: dict | None = None) -> str:
+    """The HTML page of a sweep store (see the module docstring). With `costs` (per-call costs), the
+    frontiers and the configurations' latency and throughput are priced calls (`eval.pricing`)."""
     sweep = load_sweep(store)
+    if costs is not None:
+        priced_sweep(sweep, costs)
     settings = sweep["settings"]
     title = (f"{settings['models']['drafter']} -> {settings['models']['verifier']} on {settings['task']['name']} "
              f"({settings['task']['problems']} problems)")
     parts = [f"<h1>specdiff sweep: {_e(title)}</h1>",
              f'<p class="note">store {_e(store)}; report written {_e(datetime.datetime.now().isoformat(timespec="seconds"))}'
              "</p>", _settings_section(sweep)]
+    if costs is not None:
+        parts.append('<p class="note">Speed axes and columns: the rows\' model calls priced with per-call costs '
+                     f"measured once (priced seconds, not wall time): {_e(json.dumps(costs, sort_keys=True))}</p>")
     if sweep["summaries"]:
-        parts.append(_frontier_section(sweep, analyse(sweep["summaries"], latency_ref), title))
+        result = analyse(sweep["summaries"], latency_ref)
+        result["cost"] = "calls" if costs is not None else "wall"
+        parts.append(_frontier_section(sweep, result, title))
     else:
         parts.append('<h2>Pareto frontiers</h2><p class="note">No configuration has finished yet.</p>')
     parts.append(_calibration_section(sweep["artifacts"]))
