@@ -318,11 +318,10 @@ class _AcceptanceObserver:
 
 
 def _quantile(values: list[float], q: float) -> float:
-    """The q-quantile of sorted values (linear interpolation)."""
-    position = q * (len(values) - 1)
-    low = int(position)
-    high = min(low + 1, len(values) - 1)
-    return values[low] + (values[high] - values[low]) * (position - low)
+    """The q-quantile of the values (numpy's linear interpolation between order statistics)."""
+    import numpy as np
+
+    return float(np.quantile(values, q))
 
 
 class _VllmServer:

@@ -141,7 +141,7 @@ def run(args) -> int:
     import torch
 
     from specdiff.eval import tasks
-    from specdiff.runs import ModelCache, run_config
+    from specdiff.runs import ModelCache, merge_results, run_config
     from specdiff.runs.model_cache import quiet_transformers
 
     quiet_transformers()
@@ -189,29 +189,6 @@ def run(args) -> int:
     else:
         _print_table(out)
     return 0
-
-
-def merge_results(parts: list[dict]) -> dict:
-    """One configuration's `run_config` results over several chunks of problems -> the figures of all of
-    them (from the per-problem records), without the records."""
-    records = [r for part in parts for r in part["records"]]
-    wall = sum(part["wall_s"] for part in parts)
-    tokens = sum(r["new_tokens"] for r in records)
-    out = {"config": parts[0]["config"], "problems": len(records), "new_tokens": tokens, "wall_s": wall,
-           "tokens_per_s": tokens / wall if wall else 0.0,
-           "latency_s": sum(r["wall_s"] for r in records) / len(records), "exact": all(p["exact"] for p in parts)}
-    rounds = sum(part.get("rounds", 0) for part in parts)
-    if rounds:
-        accepted = sum(sum(r["accepted"]) for r in records)
-        drafted = sum(sum(r["drafted"]) for r in records)
-        out.update(rounds=rounds, mean_accepted=accepted / rounds, tokens_per_round=tokens / rounds,
-                   acceptance_rate=accepted / drafted if drafted else 0.0,
-                   **{key: sum(part[key] * part["rounds"] for part in parts) / rounds
-                      for key in ("draft_ms", "verify_ms", "accept_ms", "overhead_ms")})
-    correct = [bool(r["correct"]) for r in records]
-    accuracy = sum(correct) / len(correct)
-    out.update(accuracy=accuracy, accuracy_stderr=(accuracy * (1 - accuracy) / len(correct)) ** 0.5)
-    return out
 
 
 def _warm_up(configs, cache, prompt) -> None:

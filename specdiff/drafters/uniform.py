@@ -127,12 +127,14 @@ class UniformDiffusionDrafter(Drafter):
             logits = step_logits(canvas, conditioning)
             check_finite(logits, "drafter")
             probs = sampling_probs(self.trim(logits), temperature, self.top_p, self.top_k)  # [b, B, V]
+            # [b, B] entropies, computed once: the stopping rule and the entropy order both read them
+            entropy = _entropy(probs) if self.entropy_bound is not None or self.order == "entropy" else None
             last = k == len(temperatures) or (self.entropy_bound is not None
-                                              and bool((_entropy(probs) <= self.entropy_bound).all()))
+                                              and bool((entropy <= self.entropy_bound).all()))
             sampled = sample_rows(probs, generator)  # [b, B]: every position drawn independently from q_i
             if last:
                 return Draft(tokens=sampled, probs=probs)
-            keep = _kept_positions(self.order, probs, round(block_size * k / self.steps), generator)  # [b, B]
+            keep = _kept_positions(self.order, probs, entropy, round(block_size * k / self.steps), generator)  # [b, B]
             noise = torch.randint(0, noise_vocab, (batch, block_size), generator=generator, device=device)
             canvas = torch.where(keep, sampled, noise)
             if self.self_conditioning:
@@ -210,14 +212,16 @@ def causal_chunk_mask(full_mask: torch.Tensor, positions: torch.Tensor, width: i
     return (allowed | (key == query)[None])[:, None]
 
 
-def _kept_positions(order: str, probs: torch.Tensor, count: int, generator) -> torch.Tensor:
-    """[b, B] bool: the `count` positions of each row that keep their sample (lowest entropy first, or random)."""
+def _kept_positions(order: str, probs: torch.Tensor, entropy: torch.Tensor | None, count: int,
+                    generator) -> torch.Tensor:
+    """[b, B] bool: the `count` positions of each row that keep their sample (lowest entropy first, by
+    `entropy` [b, B]; or random; or the leftmost)."""
     if order == "random":
         score = torch.rand(probs.shape[:2], generator=generator, device=probs.device)
     elif order == "left_to_right":
         score = -torch.arange(probs.shape[1], dtype=torch.float, device=probs.device)[None].expand(probs.shape[:2])
     else:
-        score = -_entropy(probs)
+        score = -entropy  # [b, B]
     chosen = score.topk(count, dim=-1).indices
     return torch.zeros(probs.shape[:2], dtype=torch.bool, device=probs.device).scatter_(1, chosen, True)
 

@@ -75,25 +75,12 @@ def run_config(config: RunConfig, prompts: list[str], targets: list[str] | None,
         texts += chunk_texts
         records += chunk_records
         wall += seconds
-    result = {
-        "config": config.name, "problems": len(prompts), "new_tokens": new_tokens, "wall_s": wall,
-        "tokens_per_s": new_tokens / wall if wall else 0.0,
-        "latency_s": statistics.mean(r["wall_s"] for r in records),
-        "exact": exact,
-    }
-    if config.drafter is not None:
-        result.update(rounds=rounds, mean_accepted=accepted / rounds if rounds else 0.0,
-                      tokens_per_round=new_tokens / rounds if rounds else 0.0,
-                      acceptance_rate=accepted / drafted if drafted else 0.0,
-                      draft_ms=1000 * draft_s / rounds, verify_ms=1000 * forward_s / rounds,
-                      accept_ms=1000 * (verify_s - forward_s) / rounds,
-                      overhead_ms=1000 * (wall - draft_s - forward_s) / rounds)
+    totals = (dict(rounds=rounds, accepted=accepted, drafted=drafted, draft_s=draft_s, verify_s=verify_s,
+                   forward_s=forward_s) if config.drafter is not None else None)
     if targets is not None:
-        correct = [bool(is_correct(text, target)) for text, target in zip(texts, targets)]
-        accuracy = sum(correct) / len(correct)
-        result.update(accuracy=accuracy, accuracy_stderr=(accuracy * (1 - accuracy) / len(correct)) ** 0.5)
-        for record, ok in zip(records, correct):
-            record["correct"] = ok
+        for record, text, target in zip(records, texts, targets):
+            record["correct"] = bool(is_correct(text, target))
+    result = _figures(config.name, records, wall, exact, totals)
     for record, text in zip(records, texts):
         record["text"] = text
     result["records"] = records
@@ -119,3 +106,47 @@ def _autoregressive(config: RunConfig, prompts: list[str], cache: ModelCache, to
     calls = {**verifier_calls.as_dict("verifier"), "drafter_forwards": 0, "drafter_tokens": 0, "rows": len(prompts)}
     records = [dict(new_tokens=len(row), wall_s=seconds, calls=calls) for row in ids]
     return texts, records, wall
+
+
+def merge_results(parts: list[dict]) -> dict:
+    """One configuration's `run_config` results over several chunks of problems -> the figures of all
+    of them together, as if one call had run them (without the records)."""
+    records = [r for part in parts for r in part["records"]]
+    totals = None
+    if "rounds" in parts[0]:  # speculative: the totals behind each part's per-round figures
+        totals = {"rounds": sum(part["rounds"] for part in parts),
+                  "accepted": sum(sum(r["accepted"]) for r in records),
+                  "drafted": sum(sum(r["drafted"]) for r in records),
+                  "draft_s": sum(part["draft_ms"] * part["rounds"] for part in parts) / 1000,
+                  "forward_s": sum(part["verify_ms"] * part["rounds"] for part in parts) / 1000,
+                  "verify_s": sum((part["verify_ms"] + part["accept_ms"]) * part["rounds"] for part in parts) / 1000}
+    out = _figures(parts[0]["config"], records, sum(part["wall_s"] for part in parts),
+                   all(part["exact"] for part in parts), totals)
+    out.pop("records")
+    return out
+
+
+def _figures(name: str, records: list[dict], wall: float, exact: bool, totals: dict | None) -> dict:
+    """The figures of a run: throughput and latency from the records and the wall time; per-round figures
+    from the speculative totals (rounds, accepted and drafted tokens, draft / verify / forward seconds);
+    accuracy when the records are scored."""
+    new_tokens = sum(r["new_tokens"] for r in records)
+    result = {
+        "config": name, "problems": len(records), "new_tokens": new_tokens, "wall_s": wall,
+        "tokens_per_s": new_tokens / wall if wall else 0.0,
+        "latency_s": statistics.mean(r["wall_s"] for r in records),
+        "exact": exact,
+    }
+    if totals is not None:
+        rounds = totals["rounds"]
+        result.update(rounds=rounds, mean_accepted=totals["accepted"] / rounds if rounds else 0.0,
+                      tokens_per_round=new_tokens / rounds if rounds else 0.0,
+                      acceptance_rate=totals["accepted"] / totals["drafted"] if totals["drafted"] else 0.0,
+                      draft_ms=1000 * totals["draft_s"] / rounds, verify_ms=1000 * totals["forward_s"] / rounds,
+                      accept_ms=1000 * (totals["verify_s"] - totals["forward_s"]) / rounds,
+                      overhead_ms=1000 * (wall - totals["draft_s"] - totals["forward_s"]) / rounds)
+    if records and "correct" in records[0]:
+        accuracy = sum(r["correct"] for r in records) / len(records)
+        result.update(accuracy=accuracy, accuracy_stderr=(accuracy * (1 - accuracy) / len(records)) ** 0.5)
+    result["records"] = records
+    return result
