@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from specdiff.drafters.base import Draft, Drafter
     from specdiff.drafters.block import BlockDiffusionDrafter
     from specdiff.drafters.dflash import DFlashDrafter
+    from specdiff.drafters.lookup import PromptLookupDrafter
     from specdiff.drafters.masked import MaskedDiffusionDrafter
     from specdiff.drafters.uniform import UniformDiffusionDrafter
     from specdiff.engine.generate import GenerationOutput, SpeculativeGenerator
@@ -38,6 +39,7 @@ _PUBLIC = {
     "Typical": "specdiff.acceptance",
     "Gated": "specdiff.acceptance",
     "Verifier": "specdiff.engine.verifier",
+    "PromptLookupDrafter": "specdiff.drafters.lookup",
     "SpeculativeGenerator": "specdiff.engine.generate",
     "GenerationOutput": "specdiff.engine.generate",
     "Drafter": "specdiff.drafters.base",

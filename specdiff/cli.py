@@ -23,6 +23,7 @@ SUBCOMMAND_MODULES = [
     "specdiff.commands.calibrate",
     "specdiff.commands.report",
     "specdiff.commands.zoo",
+    "specdiff.commands.models",
     "specdiff.commands.continuous",
 ]
 

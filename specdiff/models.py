@@ -1,5 +1,6 @@
 """`specdiff.models.load(name_or_path, role=...)`: a ready `sd.Verifier` or drafter from a zoo
-name or a local transformers checkpoint (nothing is downloaded).
+name, a fetched real checkpoint (`specdiff models fetch NAME`: `specdiff.checkpoints`), a local
+transformers checkpoint or a GGUF file (nothing is downloaded).
 
 The drafter kind is read from the checkpoint's config (`drafter_kind`), and each kind's conventions
 are applied for the user:
@@ -41,6 +42,14 @@ KINDS = {  # drafter kind: what is recognised as it
 # The engine's drafter kinds (`--drafter KIND` of demo / generate / bench) and their zoo models.
 DRAFTER_KINDS = {"masked": "masked-drafter", "uniform": "uniform-drafter", "block": "block-drafter",
                  "dflash": "dflash-drafter", "ar": "ar-drafter"}
+LOOKUP = "lookup"  # `sd.PromptLookupDrafter`: needs no model, fits any verifier
+
+
+def is_real(name_or_path: str) -> bool:
+    """Whether a verifier name is a real checkpoint (fetched or local), not one of the zoo's testbed models."""
+    from specdiff import zoo
+
+    return name_or_path not in zoo.TRAINABLE
 
 
 def load(name_or_path: str, role: str = "verifier", verifier=None, verifier_tokenizer=None, **options):
@@ -50,7 +59,17 @@ def load(name_or_path: str, role: str = "verifier", verifier=None, verifier_toke
     it the drafter's vocabulary is fitted to the verifier's, using verifier_tokenizer if given)."""
     if role not in ("verifier", "drafter"):
         raise ValueError(f"unknown role {role!r}: expected 'verifier' or 'drafter'")
+    if role == "drafter" and name_or_path == LOOKUP:
+        from specdiff.drafters.lookup import PromptLookupDrafter
+
+        return PromptLookupDrafter(**options)
     name_or_path = DRAFTER_KINDS.get(name_or_path, name_or_path) if role == "drafter" else name_or_path
+    if str(name_or_path).endswith(".gguf"):
+        from specdiff.checkpoints import load_gguf
+
+        model, tokenizer = load_gguf(name_or_path)
+        return wrap(model, model.config.to_dict(), _sampling_defaults(model), tokenizer, role, verifier=verifier,
+                    **options)
     model, config, defaults = load_model(name_or_path)
     tokenizer = load_tokenizer(name_or_path)
     drafter = wrap(model, config, defaults, tokenizer, role, verifier=verifier, **options)
@@ -108,12 +127,16 @@ def _zoo_target(config: dict):
 
 
 def load_tokenizer(name_or_path: str):
-    """The zoo tokenizer for zoo names, else the checkpoint's own (local files only)."""
+    """The zoo tokenizer for zoo names, else the checkpoint's own (local files only; a GGUF file's own)."""
     from specdiff import zoo
 
     if name_or_path in zoo.TRAINABLE:
         return zoo.tokenizer()
     from transformers import AutoTokenizer
+
+    if str(name_or_path).endswith(".gguf"):
+        path = Path(name_or_path)
+        return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name, local_files_only=True)
 
     path = _local_dir(name_or_path)
     if not any((path / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")):
@@ -168,21 +191,30 @@ def load_model(name_or_path: str):
     else:
         loader = transformers.AutoModelForCausalLM  # causal LMs, SDAR (its auto_map)
     model = loader.from_pretrained(path, local_files_only=True, trust_remote_code=remote).eval()
+    return model, config, _sampling_defaults(model)
+
+
+def _sampling_defaults(model) -> dict:
+    """The sampling settings a checkpoint's generation config recommends (when it samples)."""
     generation = getattr(model, "generation_config", None)
-    sampling = {}
-    if generation is not None and getattr(generation, "do_sample", False):
-        sampling = {k: getattr(generation, k) for k in SAMPLING_KEYS if getattr(generation, k, None) is not None}
-    return model, config, sampling
+    if generation is None or not getattr(generation, "do_sample", False):
+        return {}
+    return {k: getattr(generation, k) for k in SAMPLING_KEYS if getattr(generation, k, None) is not None}
 
 
 def _local_dir(name_or_path: str) -> Path:
+    """The folder of a fetched name (an error naming `specdiff models fetch` when not fetched) or a local path."""
     from specdiff import zoo
+    from specdiff.checkpoints import FETCHABLE, require
 
+    if name_or_path in FETCHABLE:
+        return require(name_or_path)
     path = Path(name_or_path)
     if not (path / "config.json").is_file():
-        raise ValueError(f"unknown model {name_or_path!r}: not a zoo name ({', '.join(zoo.TRAINABLE)}), a drafter "
-                         f"kind ({', '.join(DRAFTER_KINDS)}) nor a "
-                         "local directory with a config.json (nothing is downloaded)")
+        raise ValueError(f"unknown model {name_or_path!r}: not a zoo name ({', '.join(zoo.TRAINABLE)}), a fetchable "
+                         f"name ({', '.join(FETCHABLE)}: `specdiff models fetch NAME`), a drafter kind "
+                         f"({', '.join(DRAFTER_KINDS)}, {LOOKUP}), a .gguf file nor a local directory with a "
+                         "config.json (nothing is downloaded)")
     return path
 
 

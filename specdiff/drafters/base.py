@@ -31,6 +31,9 @@ and those of each round's verifier input [last committed token, y_1..y_B] in
 Each is [b, T, H * len(layers)]. When no drafter asks, the verifier computes none: the default
 `verifier_hidden_layers = None` costs nothing.
 
+Ragged drafts: a drafter may end some rows' drafts early (`Draft.lengths` [b], possibly 0: prompt
+lookup without a match); the engine then verifies row r on its first lengths[r] tokens only.
+
 Planned drafts (`specdiff.engine.controllers`): with a controller the engine calls
 `propose_planned(ids, key_mask, plan)` instead of `propose`; `plan` gives per row the longest draft
 B_r, the steps K_r and a confidence floor. The default drafts max B_r tokens with `propose` and ends
@@ -63,6 +66,7 @@ class Drafter:
     verifier_hidden_layers: tuple[int, ...] | None = None  # see module docstring
     exact_marginal: bool = False  # q_i is exactly the law of y_i given the drafted tokens to its left
     output_vocab: int | None = None  # set by `specdiff.drafters.vocab.fit_vocabulary`: drop rows >= it
+    point_mass: bool = False  # the draft is deterministic (prompt lookup): always verified with q = onehot(y)
 
     @property
     def model_vocab_size(self) -> int:
@@ -129,6 +133,8 @@ def bound_draft(draft: Draft, plan) -> Draft:
     floor, whichever is shorter. The confidence is draft.confidence, else the largest entry of draft.probs."""
     tokens = draft.tokens  # [b, B]
     limits = torch.tensor(plan.block_sizes, device=tokens.device).clamp(max=tokens.shape[1])  # [b]
+    if draft.lengths is not None:  # a drafter that already ends some drafts early (prompt lookup)
+        limits = torch.minimum(limits, draft.lengths)
     if plan.floors is not None:
         confidence = draft.confidence
         if confidence is None:

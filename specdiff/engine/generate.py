@@ -70,9 +70,13 @@ class SpeculativeGenerator:
             raise ValueError(f"unknown proposal {proposal!r}: expected one of {PROPOSALS}")
         _check_count("block_size (B)", block_size)
         _check_count("batch_size", batch_size)
-        if drafter.vocab_size != verifier.vocab_size:
+        if drafter.vocab_size is None:  # a model-free drafter (prompt lookup) drafts ids it read: any vocabulary
+            drafter.adopt_vocabulary(verifier.vocab_size)
+        elif drafter.vocab_size != verifier.vocab_size:
             _fit_vocabulary(drafter, verifier, drafter_tokenizer, tokenizer)
         self.drafter, self.verifier, self.block_size = drafter, verifier, int(block_size)
+        # a deterministic drafter (prompt lookup) is always verified with a point mass: its exact law
+        proposal = "point_mass" if getattr(drafter, "point_mass", False) else proposal
         self.rule, self.method, self.proposal, self.tokenizer = rule, method, proposal, tokenizer
         self.batch_size = int(batch_size)
         self.eos_token_ids = eos_token_ids(verifier.model, eos_token_id)
@@ -83,9 +87,12 @@ class SpeculativeGenerator:
         self.exact = rule.lossless and (proposal == "point_mass" or drafter.exact_marginal_with(**planned))
 
     def generate(self, prompts, max_new_tokens: int = 256, generator: torch.Generator | None = None,
-                 progress: bool = False, on_round=None) -> GenerationOutput:
-        """prompts: strings (needs a tokenizer) or lists of token ids, any number, any lengths.
-        on_round(round_index, live_rows), if given, is called after every round (instrumentation)."""
+                 progress: bool = False, on_round=None, on_tokens=None) -> GenerationOutput:
+        """prompts: strings (needs a tokenizer), lists of token ids, or conversations (lists of {"role",
+        "content"} messages, put through the tokenizer's chat template with the assistant's turn opened);
+        any number, any lengths. on_round(round_index, live_rows), if given, is called after every round
+        (instrumentation); on_tokens(prompt_index, new_ids), after every round for each row that emitted
+        tokens (streaming)."""
         _check_count("max_new_tokens", max_new_tokens)
         rows = self._tokenize(prompts)
         budgets = self._budgets(rows, int(max_new_tokens))
@@ -95,8 +102,9 @@ class SpeculativeGenerator:
         batches = progress_bar(batches, desc="batches", enabled=progress and len(batches) > 1)
         for start in batches:
             end = start + self.batch_size
+            stream = None if on_tokens is None else (lambda row, new, start=start: on_tokens(start + row, new))
             ids, batch_stats, batch_totals = self._generate_batch(rows[start:end], budgets[start:end], generator,
-                                                                  on_round)
+                                                                  on_round, stream)
             token_ids += ids
             stats += batch_stats
             for key in totals:
@@ -111,7 +119,7 @@ class SpeculativeGenerator:
         return GenerationOutput(texts=texts, token_ids=token_ids, stats=stats, summary=summary)
 
     @torch.inference_mode()
-    def _generate_batch(self, rows: list[list[int]], budgets: list[int], generator, on_round=None):
+    def _generate_batch(self, rows: list[list[int]], budgets: list[int], generator, on_round=None, on_tokens=None):
         drafter, verifier, block = self.drafter, self.verifier, self.block_size
         begin = time.perf_counter()
         ids, key_mask = left_pad(rows, _pad_id(verifier.model), device=verifier.device)  # [b, P]
@@ -132,6 +140,8 @@ class SpeculativeGenerator:
             try:
                 if controller is None:
                     draft = drafter.propose(ids, key_mask, block, generator)  # tokens [b, B], probs [b, B, V]
+                    if draft.lengths is not None:  # a drafter that ends some drafts early (prompt lookup)
+                        draft = _ragged(draft)
                 else:
                     draft = _ragged(drafter.propose_planned(ids, key_mask, controller.plan(), generator))
             except NonFiniteLogits as error:
@@ -140,7 +150,7 @@ class SpeculativeGenerator:
             drafted = time.perf_counter()
             if draft.probs is None and self.proposal == "marginal":
                 raise ValueError("the drafter returned no probabilities: use proposal='point_mass'")
-            width = draft.tokens.shape[1]  # B, or max L_r with a controller
+            width = draft.tokens.shape[1]  # B, or max L_r with a controller or ragged drafts (0: none drafted)
             chunk = torch.cat([ids[:, -1:], draft.tokens], dim=1)  # [b, W+1]: last committed, y_1..y_W
             target_logits, hidden = verifier.score(chunk, layers)  # [b, W+1, V]
             sync()
@@ -181,10 +191,14 @@ class SpeculativeGenerator:
                 if len(new) >= room:
                     new, done = new[:room], True
                 outputs[row] += new
+                if on_tokens is not None and new:
+                    on_tokens(row, new)
                 s = stats[row]
                 s.rounds += 1
-                s.accepted.append(accepted[position])
-                s.drafted.append(lengths[position])
+                # statistics stop where the generation stops: drafted tokens past an EOS or the token budget
+                # were never emitted, so a finishing round counts only the positions it emitted
+                s.accepted.append(min(accepted[position], len(new)))
+                s.drafted.append(min(lengths[position], len(new)) if done else lengths[position])
                 s.new_tokens = len(outputs[row])
                 s.draft_s += draft_s
                 s.verify_s += verify_s
@@ -208,13 +222,15 @@ class SpeculativeGenerator:
         return outputs, stats, totals
 
     def _tokenize(self, prompts) -> list[list[int]]:
-        if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
-            prompts = [prompts]
+        if isinstance(prompts, str) or (prompts and isinstance(prompts[0], (int, dict))):
+            prompts = [prompts]  # one prompt: a string, token ids or a conversation
         if not prompts:
             raise ValueError("no prompts given")
         rows = []
         for i, prompt in enumerate(prompts):
-            if isinstance(prompt, str):
+            if isinstance(prompt, (list, tuple)) and prompt and isinstance(prompt[0], dict):
+                prompt = chat_ids(self.tokenizer, prompt, i)
+            elif isinstance(prompt, str):
                 if self.tokenizer is None:
                     raise ValueError("string prompts need a tokenizer: SpeculativeGenerator(..., tokenizer=tok)")
                 prompt = self.tokenizer(prompt).input_ids
@@ -267,6 +283,9 @@ def _verify_ragged(draft, draft_logits, target_logits, untruncated, rule, method
     verification is not position by position: rows are verified in groups of equal length."""
     lengths, tokens = draft.lengths, draft.tokens  # [b], [b, W]
     batch, width = tokens.shape
+    if width == 0:  # no row drafted: the forward gave p_1 only, and each row's token is its bonus from it
+        bonus = sample_rows(torch.softmax(target_logits[:, 0].float(), dim=-1), generator)  # [b]
+        return VerifyResult(num_accepted=torch.zeros_like(lengths), tokens=bonus[:, None], accept_prob=None)
     if method == "token":
         result = verify(tokens, draft_logits, target_logits, rule=rule, method=method, generator=generator,
                         inputs="logits", untruncated_probs=untruncated)
@@ -291,6 +310,24 @@ def _verify_ragged(draft, draft_logits, target_logits, untruncated, rule, method
         num_accepted[rows] = part.num_accepted
         out[rows, :length + 1] = part.tokens
     return VerifyResult(num_accepted=num_accepted, tokens=out, accept_prob=None)
+
+
+def chat_ids(tokenizer, messages, index: int = 0) -> list[int]:
+    """A conversation ([{"role", "content"}, ...] with at least one user turn) through the tokenizer's chat
+    template, the assistant's turn opened: the token ids the model continues."""
+    if tokenizer is None:
+        raise ValueError("conversations need a tokenizer: SpeculativeGenerator(..., tokenizer=tok)")
+    if getattr(tokenizer, "chat_template", None) is None:
+        raise ValueError("this tokenizer has no chat template: give the prompt as a string instead")
+    for message in messages:
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str) or \
+                not isinstance(message.get("content"), str):
+            raise ValueError(f"conversation {index}: each message needs string 'role' and 'content', got {message!r}")
+    if not any(m["role"] == "user" for m in messages):
+        raise ValueError(f"conversation {index} has no user turn (roles: {[m['role'] for m in messages]})")
+    encoded = tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=True,
+                                            return_dict=True)
+    return list(encoded["input_ids"])
 
 
 def _add_rollback(totals: dict, who: str, counts: dict | None) -> None:
