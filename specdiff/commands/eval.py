@@ -31,13 +31,13 @@ def register(subparsers) -> None:
         description="Run one generation configuration (the flags of `specdiff generate`) on the first -n problems of "
                     "a task and print accuracy ± standard error, tokens/s, latency per problem, mean accepted "
                     "tokens per round and whether the configuration is exact (docs/eval.md).")
-    parser.add_argument("task", help="arith, gsm8k, humaneval or gpqa")
+    parser.add_argument("task", nargs="?", default=None,
+                        help="arith, gsm8k, humaneval, gpqa, or prompts (with --prompts-file; the default then)")
+    parser.add_argument("--prompts-file", default=None,
+                        help="JSONL of your own prompts ({\"prompt\"} or {\"messages\"} per line): speed and "
+                             "acceptance, scored only where lines give a \"target\"")
     parser.add_argument("-n", "--problems", type=int, default=50, help="the task's first n problems (default 50)")
     add_generation_flags(parser)
-    parser.add_argument("--temperature", type=float, default=None, help="the verifier's temperature (0: greedy; "
-                        "default: the verifier's own)")
-    parser.add_argument("--top-p", type=float, default=None, help="the verifier's top-p (default: its own)")
-    parser.add_argument("--top-k", type=int, default=None, help="the verifier's top-k, 0 for off (default: its own)")
     parser.add_argument("--max-new-tokens", type=positive_int, default=None,
                         help=f"per problem (default {MAX_NEW_TOKENS['arith']} for arith, "
                              f"{DEFAULT_MAX_NEW_TOKENS} for the others)")
@@ -60,6 +60,7 @@ def run(args) -> int:
 
     from specdiff.runs.model_cache import quiet_transformers
     from specdiff.runs import ModelCache, run_config
+    from specdiff.eval.tasks import prompts as prompts_task
     from specdiff.eval.tasks import summarize
 
     quiet_transformers()
@@ -73,11 +74,18 @@ def run(args) -> int:
     run_config(config, prompts[:1], None, cache, 8)  # warm-up, so that the timed run is not cold
     result = run_config(config, prompts, None, cache, args.max_new_tokens, seed=args.seed, progress=not args.json)
     texts = [record["text"] for record in result["records"]]
-    scores = _score(task, problems, texts, args)
-    summary = summarize(scores)
-    for problem, record, score in zip(problems, result["records"], scores):
-        record.update(id=problem.id, correct=score.correct, extracted=score.extracted, detail=score.detail)
-    result.update(accuracy=summary["accuracy"], accuracy_stderr=summary["stderr"], correct=summary["correct"])
+    if task.name == "prompts" and not prompts_task.has_references(problems):
+        for problem, record in zip(problems, result["records"]):  # no references: speed and acceptance only
+            record.update(id=problem.id, **{k: v for k, v in problem.meta.items() if k != "messages"})
+        result.update(accuracy=None, accuracy_stderr=None, correct=None,
+                      scored=False, note="nothing was scored: the prompts have no reference answers ('target')")
+    else:
+        scores = _score(task, problems, texts, args)
+        summary = summarize(scores)
+        for problem, record, score in zip(problems, result["records"], scores):
+            record.update(id=problem.id, correct=score.correct, extracted=score.extracted, detail=score.detail)
+        result.update(accuracy=summary["accuracy"], accuracy_stderr=summary["stderr"], correct=summary["correct"],
+                      scored=True)
     out = {"task": task.name, "problems": len(problems), "max_new_tokens": args.max_new_tokens, "seed": args.seed,
            "threads": args.threads, "boxed": args.boxed, **result, "config": config.as_dict()}
     if args.json:
@@ -89,17 +97,21 @@ def run(args) -> int:
 
 def eval_config(args):
     """The RunConfig of the flags; `--drafter none` is plain autoregressive decoding of the verifier."""
+    from specdiff.commands.generate import sampling_of
+
     config = run_config_from_args(args, name=config_name(args))
     if str(args.drafter).lower() == "none":
         config.drafter = None
-    config.sampling = {key: value for key, value in
-                       (("temperature", args.temperature), ("top_p", args.top_p), ("top_k", args.top_k))
-                       if value is not None}
+    config.sampling = sampling_of(args)
     return config
 
 
 def config_name(args) -> str:
     """A short label: `masked-drafter K=2 B=8 linear(0.2)`, `verifier (autoregressive)`."""
+    if args.drafter is None:
+        from specdiff.runs.kinds import default_drafter
+
+        args.drafter = default_drafter(args.verifier)
     if str(args.drafter).lower() == "none":
         return f"{args.verifier} (autoregressive)"
     effort = f"tau={args.threshold}" if args.threshold is not None else f"K={args.steps}"
@@ -113,10 +125,11 @@ def config_name(args) -> str:
 
 def format_summary(out: dict) -> str:
     accepted = f"{out['mean_accepted']:.2f}" if "mean_accepted" in out else "- (no drafter)"
+    accuracy = (f"{out['accuracy']:.3f} ± {out['accuracy_stderr']:.3f} ({out['correct']}/{out['problems']})"
+                if out.get("scored", True) else out["note"])
     return "\n".join([
         f"{out['task']}: {out['problems']} problems, {out['config']['name']}",
-        f"  accuracy          {out['accuracy']:.3f} ± {out['accuracy_stderr']:.3f} "
-        f"({out['correct']}/{out['problems']})",
+        f"  accuracy          {accuracy}",
         f"  tokens/s          {out['tokens_per_s']:.1f}",
         f"  latency/problem   {1000 * out['latency_s']:.0f} ms",
         f"  accepted/round    {accepted}",
@@ -128,18 +141,21 @@ def _check_args(args):
     """Everything that can be checked without loading a model; returns the task."""
     from specdiff.eval.tasks import get_task
 
+    if args.prompts_file is not None:
+        if args.task not in (None, "prompts"):
+            raise ValueError(f"--prompts-file is the prompts task's file; it does not apply to {args.task}")
+        args.task, args.data = "prompts", args.prompts_file
+    if args.task is None:
+        raise ValueError("give a task (arith, gsm8k, humaneval, gpqa) or --prompts-file FILE.jsonl")
     task = get_task(args.task)  # ValueError naming the known tasks
     if isinstance(args.problems, bool) or args.problems < 1:
         raise ValueError(f"-n/--problems must be >= 1, got {args.problems}")
     if args.max_new_tokens is None:
         args.max_new_tokens = MAX_NEW_TOKENS.get(task.name, DEFAULT_MAX_NEW_TOKENS)
     check_generation_args(args)
-    if args.temperature is not None and not args.temperature >= 0:
-        raise ValueError(f"--temperature must be >= 0, got {args.temperature}")
-    if args.top_p is not None and not 0 < args.top_p <= 1:
-        raise ValueError(f"--top-p must be in (0, 1], got {args.top_p}")
-    if args.top_k is not None and args.top_k < 0:
-        raise ValueError(f"--top-k must be >= 0 (0: off), got {args.top_k}")
+    from specdiff.commands.generate import sampling_of
+
+    sampling_of(args)  # the sampling flags' ranges
     if not args.timeout_s > 0:
         raise ValueError(f"--timeout-s must be > 0, got {args.timeout_s}")
     if args.boxed and task.name == "humaneval":

@@ -1,6 +1,6 @@
-"""`specdiff generate`: speculative generation with any drafter and verifier (zoo names or local
-checkpoints), prompts from arguments or a file, every knob a flag; prints the texts and the
-statistics (`--json` for scripts)."""
+"""`specdiff generate`: speculative generation with any drafter and verifier (zoo names, fetched real
+checkpoints or local ones), prompts from arguments, `--chat` conversations or a file, every knob a flag;
+prints the texts and the statistics (`--json` for scripts), or streams the text as rounds are accepted."""
 from __future__ import annotations
 
 import json
@@ -12,10 +12,16 @@ from specdiff.runs.config import check_generation_args, run_config_from_args
 
 def add_generation_flags(parser) -> None:
     """The flags of one generation configuration (shared with `specdiff eval` and the bench)."""
-    parser.add_argument("--drafter", default="masked-drafter",
-                        help="a drafter kind (masked, ar, uniform, block, dflash: its zoo model), a zoo name or a "
-                             "local path (default masked-drafter)")
-    parser.add_argument("--verifier", default="verifier", help="zoo name or local path (default verifier)")
+    parser.add_argument("--drafter", default=None,
+                        help="a drafter kind (masked, ar, uniform, block, dflash: its zoo model; lookup: prompt "
+                             "lookup, no model), a zoo name or a local path (default: masked-drafter for the "
+                             "testbed's verifier, lookup for a real one)")
+    parser.add_argument("--verifier", default="verifier",
+                        help="zoo name, fetched name (specdiff models list), local folder or .gguf file (default verifier)")
+    parser.add_argument("--temperature", type=float, default=None, help="the verifier's temperature (0: greedy; "
+                        "default: the verifier's own, e.g. a fetched checkpoint's model-card settings)")
+    parser.add_argument("--top-p", type=float, default=None, help="the verifier's top-p (default: its own)")
+    parser.add_argument("--top-k", type=int, default=None, help="the verifier's top-k, 0 for off (default: its own)")
     parser.add_argument("--steps", "-K", type=positive_int, default=1,
                         help="denoising steps K per round: masked, block and uniform drafters (default 1)")
     parser.add_argument("--threshold", "--tau", type=float, default=None,
@@ -53,7 +59,14 @@ def register(subparsers) -> None:
         description="Draft with --drafter, verify with --verifier (zoo names or local transformers checkpoints), "
                     "and print each generation with its statistics.")
     generate.add_argument("prompts", nargs="*", help="prompts (or use --prompts-file); a literal \\n is a newline")
-    generate.add_argument("--prompts-file", default=None, help="a text file, one prompt per line, or JSONL with 'prompt'")
+    generate.add_argument("--prompts-file", default=None,
+                          help="a text file, one prompt per line, or JSONL with {\"prompt\": str} or {\"messages\": "
+                               "[...]} per line (other keys are carried into the results)")
+    generate.add_argument("--chat", action="append", default=None, metavar="MESSAGE",
+                          help="a user message, sent through the verifier's chat template (one conversation per "
+                               "--chat; repeatable)")
+    generate.add_argument("--stream", action="store_true", help="print the text as rounds are accepted (one prompt "
+                          "at a time)")
     add_generation_flags(generate)
     generate.add_argument("--max-new-tokens", type=positive_int, default=128)
     generate.add_argument("--seed", type=int, default=0)
@@ -65,31 +78,51 @@ def register(subparsers) -> None:
     generate.set_defaults(handler=run)
 
 
-def read_prompts(args) -> list[str]:
+def read_prompts(args) -> list:
+    """The prompts of the arguments, --chat and --prompts-file, in that order: strings and conversations
+    (lists of {role, content}). `args.prompt_extras` gets each prompt's carried JSONL keys ({} otherwise)."""
     prompts = [p.replace("\\n", "\n") for p in args.prompts]  # a literal \n in an argument is a newline
+    prompts += [[{"role": "user", "content": m.replace("\\n", "\n")}] for m in getattr(args, "chat", None) or []]
+    extras = [{} for _ in prompts]
     if args.prompts_file:
         if not os.path.isfile(args.prompts_file):
             raise ValueError(f"--prompts-file {args.prompts_file!r} does not exist")
-        with open(args.prompts_file) as handle:
-            for number, line in enumerate(handle, 1):
-                if not line.strip():
-                    continue
-                if args.prompts_file.endswith(".jsonl"):
-                    try:
-                        prompts.append(json.loads(line)["prompt"])
-                    except (json.JSONDecodeError, KeyError, TypeError) as error:
-                        raise ValueError(f"{args.prompts_file}:{number}: expected a JSON object with 'prompt' "
-                                         f"({error})") from None
-                else:
-                    prompts.append(line.rstrip("\n").replace("\\n", "\n"))
+        if args.prompts_file.endswith(".jsonl"):
+            from specdiff.eval.tasks import prompts as prompts_task
+
+            for problem in prompts_task.read(args.prompts_file):  # DataFileError names the bad line
+                prompts.append(list(problem.meta["messages"]) if prompts_task.is_conversation(problem)
+                               else problem.question)
+                extras.append({k: v for k, v in problem.meta.items() if k != "messages"})
+        else:
+            with open(args.prompts_file) as handle:
+                for line in handle:
+                    if line.strip():
+                        prompts.append(line.rstrip("\n").replace("\\n", "\n"))
+                        extras.append({})
     if not prompts:
-        raise ValueError("no prompts: give them as arguments or with --prompts-file")
+        raise ValueError("no prompts: give them as arguments, with --chat or with --prompts-file")
+    args.prompt_extras = extras
     return prompts
+
+
+def sampling_of(args) -> dict:
+    """The verifier's sampling flags that were given (the rest stay the verifier's own defaults)."""
+    if getattr(args, "temperature", None) is not None and not args.temperature >= 0:
+        raise ValueError(f"--temperature must be >= 0, got {args.temperature}")
+    if getattr(args, "top_p", None) is not None and not 0 < args.top_p <= 1:
+        raise ValueError(f"--top-p must be in (0, 1], got {args.top_p}")
+    if getattr(args, "top_k", None) is not None and args.top_k < 0:
+        raise ValueError(f"--top-k must be >= 0 (0: off), got {args.top_k}")
+    return {key: value for key, value in (("temperature", getattr(args, "temperature", None)),
+                                          ("top_p", getattr(args, "top_p", None)),
+                                          ("top_k", getattr(args, "top_k", None))) if value is not None}
 
 
 def run(args) -> int:
     check_generation_args(args)
     prompts = read_prompts(args)
+    sampling = sampling_of(args)
     import torch
 
     from specdiff.runs.model_cache import quiet_transformers
@@ -103,28 +136,74 @@ def run(args) -> int:
         result, summary = _routed(args, prompts, cache)
     else:
         config = run_config_from_args(args)
-        if config.drafter is None:
-            raise ValueError("--drafter is required")
+        config.sampling = sampling
         generator = build_generator(config, cache)
-        out = generator.generate(prompts, max_new_tokens=args.max_new_tokens, progress=not args.json,
-                                 generator=torch.Generator(device=generator.verifier.device).manual_seed(args.seed))
+        seed = torch.Generator(device=generator.verifier.device).manual_seed(args.seed)
+        if args.stream and not args.json:
+            out = _streamed(generator, prompts, args.max_new_tokens, seed)
+        else:
+            out = generator.generate(prompts, max_new_tokens=args.max_new_tokens, progress=not args.json,
+                                     generator=seed)
         result = {"config": config.as_dict(), "exact": generator.exact, "summary": out.summary.as_dict(),
-                  "generations": [{"prompt": p, "text": t, "token_ids": ids, "stats": s.as_dict()}
-                                  for p, t, ids, s in zip(prompts, out.texts, out.token_ids, out.stats)]}
+                  "generations": [{"prompt": p, **extra, "text": t, "token_ids": ids, "stats": s.as_dict()}
+                                  for p, extra, t, ids, s in zip(prompts, args.prompt_extras, out.texts,
+                                                                 out.token_ids, out.stats)]}
         summary = out.summary
     if args.json:
         print(json.dumps(result, indent=1))
         return 0
     for generation in result["generations"]:
         stats = generation["stats"]
-        print(f"--- {generation['prompt'].strip()}")
-        print(generation["text"])
+        if not (args.stream and args.router is None):
+            print(f"--- {_shown(generation['prompt'])}")
+            print(generation["text"])
         print(f"    [{stats['new_tokens']} tokens in {stats['rounds']} rounds, accepted per round {stats['accepted']}, "
               f"{1000 * stats['wall_s']:.0f} ms]")
     print(f"acceptance rate {summary.acceptance_rate:.3f}, {summary.tokens_per_round:.2f} tokens/round, "
           f"{summary.tokens_per_s:.0f} tokens/s, latency {1000 * summary.latency_s:.0f} ms, "
           f"exact: {'yes (lossless)' if summary.exact else 'no'}")
     return 0
+
+
+def _shown(prompt) -> str:
+    """A prompt as printed: a string stripped, a conversation as its last user message."""
+    if isinstance(prompt, str):
+        return prompt.strip()
+    return [m["content"] for m in prompt if m["role"] == "user"][-1].strip()
+
+
+def _streamed(generator, prompts, max_new_tokens: int, seed):
+    """One prompt at a time, its text printed as each round's tokens are accepted; returns one output for all."""
+    import sys
+
+    from specdiff.engine.generate import GenerationOutput
+    from specdiff.engine.stats import summarize
+
+    tokenizer = generator.tokenizer
+    outputs = []
+    for prompt in prompts:
+        print(f"--- {_shown(prompt)}", flush=True)
+        emitted, shown = [], [""]
+
+        def on_tokens(row, new, emitted=emitted, shown=shown):
+            emitted.extend(new)
+            if tokenizer is None:
+                sys.stdout.write(" ".join(map(str, new)) + " ")
+            else:  # decode the whole text so far: a token can complete a character begun by the one before
+                text = tokenizer.decode(emitted, skip_special_tokens=True)
+                sys.stdout.write(text[len(shown[0]):])
+                shown[0] = text
+            sys.stdout.flush()
+
+        outputs.append(generator.generate([prompt], max_new_tokens=max_new_tokens, generator=seed,
+                                          on_tokens=on_tokens))
+        print(flush=True)
+    stats = [o.stats[0] for o in outputs]
+    totals = {key: sum(getattr(o.summary, key) for o in outputs) for key in ("wall_s", "draft_s", "verify_s",
+                                                                             "forward_s")}
+    texts = None if tokenizer is None else [o.texts[0] for o in outputs]
+    return GenerationOutput(texts=texts, token_ids=[o.token_ids[0] for o in outputs], stats=stats,
+                            summary=summarize(stats, **totals))
 
 
 def _routed(args, prompts: list[str], cache):

@@ -7,7 +7,9 @@ defaults (the zoo's `configs.SAMPLING`, applied by the loader):
   length it was trained on;
 - uniform: K steps (no threshold);
 - dflash: no effort knob: one step;
-- ar: no effort knob: one token per forward.
+- ar: no effort knob: one token per forward;
+- lookup: `sd.PromptLookupDrafter`, no model and no effort knob; fits any verifier, and is the default
+  drafter of a real verifier that has no drafter of its own (`default_drafter`).
 `resolve` turns a kind, a zoo name or a local checkpoint into (kind, model reference); `require_weights`
 refuses a zoo model that is not trained yet, naming the command that trains it.
 """
@@ -20,14 +22,35 @@ KIND_OF_LOADER = {"masked": "masked", "block": "block", "uniform": "uniform", "d
                   "autoregressive": "ar"}  # `models.drafter_kind` -> the engine's kind
 EFFORT = {  # which effort knobs a kind takes (RunConfig fields)
     "masked": ("steps", "threshold"), "block": ("steps", "threshold"), "uniform": ("steps",),
-    "dflash": (), "ar": (),
+    "dflash": (), "ar": (), "lookup": (),
 }
+
+
+def default_drafter(verifier: str) -> str:
+    """The drafter used when none is named: the zoo's masked drafter for the testbed's verifier, prompt lookup
+    for a real verifier (the testbed's drafters do not fit its vocabulary)."""
+    from specdiff import models
+
+    return models.LOOKUP if models.is_real(verifier) else "masked-drafter"
+
+
+def check_pair(drafter: str, verifier: str) -> None:
+    """Refuses a testbed drafter for a real verifier, saying why, before any weights load."""
+    from specdiff import models, zoo
+
+    reference = models.DRAFTER_KINDS.get(drafter, drafter)
+    if reference in zoo.TRAINABLE and models.is_real(verifier):
+        raise ValueError(f"--drafter {drafter}: the testbed's drafters ({reference}) were trained with the testbed's "
+                         f"arithmetic tokenizer and do not fit the vocabulary of the real verifier {verifier!r}; use "
+                         f"--drafter {models.LOOKUP} (prompt lookup, no training) or a drafter trained for it")
 
 
 def resolve(drafter: str) -> tuple[str, str]:
     """A kind ("block"), a zoo name ("block-drafter") or a local checkpoint -> (kind, model reference)."""
     from specdiff import models
 
+    if drafter == models.LOOKUP:
+        return models.LOOKUP, models.LOOKUP
     if drafter in models.DRAFTER_KINDS:
         return drafter, models.DRAFTER_KINDS[drafter]
     for kind, name in models.DRAFTER_KINDS.items():
@@ -54,7 +77,7 @@ def require_weights(reference: str) -> None:
 def check_effort(kind: str, steps: int = 1, threshold: float | None = None) -> None:
     """ValueError when a new kind is given an effort knob it does not have (uniform: no tau; dflash: none).
     The AR drafter ignores them, as it always has (sweeps share one grid across drafters)."""
-    if kind == "ar":
+    if kind in ("ar", "lookup"):
         return
     if threshold is not None and "threshold" not in EFFORT[kind]:
         raise ValueError(f"--threshold (tau) does not apply to the {kind} drafter; it takes "

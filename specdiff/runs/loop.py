@@ -22,8 +22,9 @@ def build_generator(config: RunConfig, cache: ModelCache):
     kind's effort knobs (`specdiff.runs.kinds`), the verifier (DFlash reads its states) and, through the
     generator, its vocabulary fitted to the verifier's where the two tokenizers agree."""
     from specdiff.engine.generate import SpeculativeGenerator
-    from specdiff.runs.kinds import drafter_options
+    from specdiff.runs.kinds import check_pair, drafter_options
 
+    check_pair(config.drafter, config.verifier)
     verifier = cache.get(config.verifier, "verifier", **config.sampling)
     options = drafter_options(cache.kind(config.drafter), config)
     drafter = cache.get(config.drafter, "drafter", verifier=verifier, **options)

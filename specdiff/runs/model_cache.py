@@ -19,6 +19,8 @@ class ModelCache:
         from specdiff import models
 
         if role == "drafter":
+            if name == models.LOOKUP:  # no model to load
+                return models.load(name, role="drafter")
             name = models.DRAFTER_KINDS.get(name, name)  # "masked", "ar", ...: the zoo model of that kind
         return models.wrap(*self._loaded(name), self.tokenizer(name), role, **options)
 
@@ -27,6 +29,8 @@ class ModelCache:
         from specdiff import models
         from specdiff.runs.kinds import KIND_OF_LOADER
 
+        if name == models.LOOKUP:
+            return models.LOOKUP
         config = self._loaded(models.DRAFTER_KINDS.get(name, name))[1]
         return KIND_OF_LOADER[models.drafter_kind(config)]
 
@@ -44,6 +48,8 @@ class ModelCache:
     def tokenizer(self, name: str):
         from specdiff import models
 
+        if name == models.LOOKUP:
+            return None  # it drafts the verifier's own ids
         name = models.DRAFTER_KINDS.get(name, name)
         if name not in self.tokenizers:
             self.tokenizers[name] = models.load_tokenizer(name)
