@@ -32,11 +32,13 @@ PROPOSALS = ("marginal", "point_mass")
 
 SCHEMA = {
     "models": {
-        "drafter": Field("str", "a zoo name or a local checkpoint directory", required=True),
-        "verifier": Field("str", "a zoo name or a local checkpoint directory", required=True),
+        "drafter": Field("str", "a zoo name, lookup (prompt lookup) or a local checkpoint directory", required=True),
+        "verifier": Field("str", "a zoo name, a fetched name (specdiff models list) or a local checkpoint directory",
+                          required=True),
     },
     "task": {
-        "name": Field("str", "arith, gsm8k, humaneval or gpqa", required=True),
+        "name": Field("str", "arith, gsm8k, humaneval, gpqa, or prompts (your JSONL file: [task.options] path)",
+                      required=True),
         "problems": Field("int", "how many problems, the first of the task", required=True, low=1),
         "max_new_tokens": Field("int", "generation limit per problem", default=96, low=1, high=100_000),
         "boxed": Field("bool", "ask for the answer in \\boxed{}", default=False),
@@ -117,7 +119,13 @@ def load_config(path: str | Path, text: str | None = None) -> tuple[dict, list[d
     for role in ("drafter", "verifier"):
         _check_model(config, role, models[role])
     _check_task(config, task, checked["task.options"])
-    autoregressive = _drafter_kind(models["drafter"]) == "autoregressive"
+    try:
+        from specdiff.runs.kinds import check_pair
+
+        check_pair(models["drafter"], models["verifier"])
+    except ValueError as error:
+        raise config.error("models", "drafter", f"[models] drafter: {error}") from None
+    autoregressive = _drafter_kind(models["drafter"]) in ("autoregressive", "lookup")  # no diffusion effort
     grids = {"grid": _checked_grid(config, "grid", checked["grid"], autoregressive, models["drafter"])}
     if raw_subgrids:  # [grid]'s own keys are the sub-grids' defaults, and only the sub-grids are run
         shared = config.data["grid"]
@@ -154,22 +162,35 @@ def _checked_grid(config: ConfigText, section: str, values: dict, autoregressive
     grid = {key: value for key, value in values.items() if value is not None}
     if autoregressive and (len(grid.get("steps", [1])) > 1 or "threshold" in grid):
         raise config.error(section, "steps" if "steps" in grid else "threshold",
-                           f"the drafter {drafter!r} is autoregressive: diffusion effort (steps, threshold) "
-                           "does not apply to it")
+                           f"the drafter {drafter!r} is autoregressive or prompt lookup: diffusion effort "
+                           "(steps, threshold) does not apply to it")
     return grid
 
 
 def _check_model(config: ConfigText, role: str, name: str) -> None:
     from specdiff import zoo
+    from specdiff.checkpoints import FETCHABLE, fetched_dir
+    from specdiff.models import LOOKUP
 
+    if role == "drafter" and name == LOOKUP:
+        return
+    if name in FETCHABLE:
+        if fetched_dir(name) is None:
+            raise config.error("models", role, f"[models] {role}: {name!r} is not fetched yet: run "
+                                               f"`specdiff models fetch {name}`")
+        return
     if name not in zoo.MODEL_NAMES and not (Path(name) / "config.json").is_file():
         raise config.error("models", role, f"[models] {role}: unknown model {name!r}: not a zoo name "
-                                           f"({', '.join(zoo.MODEL_NAMES)}) nor a local directory with a config.json")
+                                           f"({', '.join(zoo.MODEL_NAMES)}), a fetched name ({', '.join(FETCHABLE)}), "
+                                           f"{LOOKUP!r} (drafter) nor a local directory with a config.json")
 
 
 def _drafter_kind(name: str) -> str:
     from specdiff import zoo
-    from specdiff.models import drafter_kind
+    from specdiff.models import LOOKUP, drafter_kind
+
+    if name == LOOKUP:
+        return LOOKUP
 
     path = zoo.model_dir(name) if name in zoo.MODEL_NAMES else Path(name)
     return drafter_kind(json.loads((path / "config.json").read_text()))
@@ -292,7 +313,7 @@ def _models(settings: dict, config):
         _CACHE["models"], _CACHE["warm"] = ModelCache(device=device), set()
     cache = _CACHE["models"]
     if (config.drafter, config.verifier) not in _CACHE["warm"]:
-        run_config(config, ["1 + 1 =\n"], None, cache, 8)
+        run_config(config, ["1 + 1 =\n"], None, cache, 8)  # a raw prompt: every tokenizer takes it
         _CACHE["warm"].add((config.drafter, config.verifier))
     return cache
 
