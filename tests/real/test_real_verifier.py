@@ -18,6 +18,7 @@ skip, naming the command that fetches it.
 """
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -159,3 +160,26 @@ def _pooled(counts: torch.Tensor, expected: torch.Tensor):
         observed[top] += float(counts[~big].sum())
         wanted[top] += rest_expected
     return observed, wanted
+
+
+def test_generate_chat_command_answers_like_hf_greedy_and_streams(smollm2, references, capsys):
+    from specdiff.cli import main
+
+    question = CONVERSATIONS[0][0]["content"]
+    assert main(["generate", "--verifier", NAME, "--chat", question, "--temperature", "0", "--max-new-tokens",
+                 str(NEW_TOKENS), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["config"]["drafter"] == "lookup" and out["exact"]  # a real verifier's default drafter
+    generation = out["generations"][0]
+    assert_greedy_equal("generate --chat", [generation["token_ids"]], [references[0]])
+    assert generation["token_ids"][-1] == 2 and "Paris" in generation["text"]  # stopped at <|im_end|>
+    assert main(["generate", "--verifier", NAME, "--chat", question, "--temperature", "0", "--max-new-tokens",
+                 "12", "--stream"]) == 0
+    assert generation["text"] in capsys.readouterr().out
+
+
+def test_testbed_drafters_are_refused_for_the_real_verifier_with_the_reason(smollm2, capsys):
+    from specdiff.cli import main
+
+    assert main(["generate", "--verifier", NAME, "--drafter", "masked", "--chat", "hi", "--max-new-tokens", "4"]) != 0
+    assert "do not fit the vocabulary of the real verifier" in capsys.readouterr().err
