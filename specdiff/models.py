@@ -68,8 +68,8 @@ def load(name_or_path: str, role: str = "verifier", verifier=None, verifier_toke
         from specdiff.checkpoints import load_gguf
 
         model, tokenizer = load_gguf(name_or_path)
-        return wrap(model, model.config.to_dict(), _sampling_defaults(model), tokenizer, role, verifier=verifier,
-                    **options)
+        config = {**model.config.to_dict(), "architectures": [type(model).__name__]}  # a GGUF config names none
+        return wrap(model, config, _sampling_defaults(model), tokenizer, role, verifier=verifier, **options)
     model, config, defaults = load_model(name_or_path)
     tokenizer = load_tokenizer(name_or_path)
     drafter = wrap(model, config, defaults, tokenizer, role, verifier=verifier, **options)

