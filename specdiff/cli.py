@@ -24,6 +24,7 @@ SUBCOMMAND_MODULES = [
     "specdiff.commands.report",
     "specdiff.commands.zoo",
     "specdiff.commands.models",
+    "specdiff.commands.distill",
     "specdiff.commands.continuous",
 ]
 

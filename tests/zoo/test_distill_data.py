@@ -1,0 +1,78 @@
+"""Distillation data (issue 31; `specdiff.zoo_tools.distill_data`): the chat template's user prefix, the
+filters (unfinished, too short, repeated, held-out), uint16 shards and their index, resuming, and refusing
+another verifier's data. The generation itself is replaced by a fixed one here; the real command's output
+is the committed data under data/distill/ (docs/distill.md)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specdiff.zoo_tools import distill_data
+
+
+@pytest.fixture
+def verifier_dir(tmp_path):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from specdiff import zoo
+
+    tok = zoo.tokenizer()
+    original = tok.chat_template
+    tok.chat_template = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
+                         "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+    path = tmp_path / "tiny"
+    config = LlamaConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=1, eos_token_id=tok.eos_token_id,
+                         pad_token_id=tok.pad_token_id, tie_word_embeddings=True)
+    LlamaForCausalLM(config).save_pretrained(path)
+    tok.save_pretrained(path)
+    tok.chat_template = original
+    return str(path), tok
+
+
+def test_the_user_prefix_is_the_template_before_the_content(verifier_dir):
+    from specdiff import models
+
+    assert distill_data.user_prefix(models.load_tokenizer(verifier_dir[0])) == "<|user|>"
+
+
+def test_shards_keep_finished_new_turns_that_are_not_held_out_and_resume(verifier_dir, tmp_path, monkeypatch):
+    path, tok = verifier_dir
+    eos = tok.eos_token_id
+    words = lambda text: tok(text, add_special_tokens=False).input_ids  # noqa: E731
+    sentence = "There are 12 rocks in each of the 7 bags that Omar has"
+    held_out = tmp_path / "held.jsonl"  # a held-out prompt sharing 8 words in a row with the first turn
+    held_out.write_text(json.dumps({"prompt": "Look: " + tok.decode(words(sentence))}) + "\n")
+    turns = [words(sentence + " today") + [eos],                                                 # held out: 8-gram
+             words("How many rocks does Omar have") + [eos],                                   # kept
+             words("How many rocks does Omar have") + [eos],                                   # a repeat
+             words("unfinished turn with no end"),                                             # no EOS
+             words("hi") + [eos]]                                                              # too short
+    calls = []
+
+    def fake_generate(model, rows, max_new_tokens, eos_token_ids, *sampling, generator=None, pad_token_id=0, **kw):
+        calls.append(len(rows))
+        if len(calls) % 2 == 1:  # the user turns
+            return [list(t) for t in turns[: len(rows)]], 0.0
+        return [[7, 8, eos] for _ in rows], 0.0  # the responses
+
+    monkeypatch.setattr("specdiff.engine.baselines.autoregressive_generate", fake_generate)
+    out = tmp_path / "data"
+    index = distill_data.generate(out, path, shards=1, samples=5, held_out=[str(held_out)], show_progress=False)
+    assert index["conversations"] == 1 and calls == [5, 1]
+    (prompt, response), = distill_data.load_shards(out)
+    assert response == [7, 8, eos] and "rocks does Omar have" in tok.decode(prompt)  # the template around it
+    first = (out / "shard-00000.npz").read_bytes()
+    index = distill_data.generate(out, path, shards=2, samples=5, show_progress=False)  # resumes at shard 1
+    assert (out / "shard-00000.npz").read_bytes() == first and len(index["shards"]) == 2
+    assert index["shards"][1]["conversations"] == 0  # its turns repeat shard 0's or are filtered
+    assert len(index["prompt_set_sha256"]) == 64
+    with pytest.raises(ValueError, match="holds data of verifier"):
+        distill_data.generate(out, "another-verifier", shards=3, show_progress=False)
+
+
+def test_uint16_storage_refuses_larger_ids(tmp_path):
+    with pytest.raises(ValueError, match="uint16"):
+        distill_data._write_shard(tmp_path, 0, [[70_000]], [[1]], ["x"], 0.0)
+    assert not list(tmp_path.iterdir())
