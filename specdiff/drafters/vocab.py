@@ -29,15 +29,16 @@ def fit_vocabulary(drafter, verifier, drafter_tokenizer=None, verifier_tokenizer
     if mask is not None and not 0 <= mask < drafter_vocab:
         raise VocabularyMismatch(f"the drafter's mask token id {mask} is outside its embedding table "
                                  f"[0, {drafter_vocab})")
+    if drafter_vocab < verifier_vocab:
+        raise VocabularyMismatch(f"the drafter's vocabulary ({drafter_vocab} rows) is smaller than the verifier's "
+                                 f"({verifier_vocab}): the verifier could emit tokens the drafter cannot read (a "
+                                 "drafter trained with another tokenizer does not fit this verifier)")
     both = drafter_tokenizer is not None and verifier_tokenizer is not None
     if both:
         _check_tokenizers(drafter_tokenizer, verifier_tokenizer, mask)
     if drafter_vocab == verifier_vocab:
         drafter.output_vocab = None
         return
-    if drafter_vocab < verifier_vocab:
-        raise VocabularyMismatch(f"the drafter's vocabulary ({drafter_vocab} rows) is smaller than the verifier's "
-                                 f"({verifier_vocab}): the verifier could emit tokens the drafter cannot read")
     if not both:
         raise VocabularyMismatch(f"the drafter has {drafter_vocab} output rows and the verifier {verifier_vocab}: "
                                  "pass both tokenizers so that specdiff can check they agree on the shared ids "

@@ -197,3 +197,13 @@ def test_a_gguf_file_loads_directly_and_agrees_with_the_converted_checkpoint(smo
     gen = sd.SpeculativeGenerator(sd.PromptLookupDrafter(), verifier, tokenizer=tok)
     out = gen.generate([CONVERSATIONS[0]], max_new_tokens=NEW_TOKENS)
     assert_greedy_equal("gguf", out.token_ids, [references[0]])
+
+
+def test_a_testbed_drafter_in_the_python_api_is_refused_for_its_vocabulary(smollm2):
+    from specdiff import zoo
+    from specdiff.drafters.vocab import VocabularyMismatch
+
+    verifier, tok = smollm2
+    drafter = sd.MaskedDiffusionDrafter(zoo.load("masked-drafter"), tokenizer=zoo.tokenizer())
+    with pytest.raises(VocabularyMismatch, match="smaller than the verifier's .*another tokenizer"):
+        sd.SpeculativeGenerator(drafter, verifier, tokenizer=tok, drafter_tokenizer=zoo.tokenizer())
