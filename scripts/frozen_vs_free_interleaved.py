@@ -8,11 +8,14 @@ so that a drift in load favours neither). The figures are the raw seconds' media
 per-sample ratios Frozen / Free (each pair timed seconds apart) and each drafter's speedup over the
 DDPM timed in the same loop.
 
-    nice -n 10 python scripts/frozen_vs_free_interleaved.py --steps 250 1000 --num-timing 20 \\
-        --methods B R --out docs/results/continuous/frozen_vs_free_interleaved.json
+    nice -n 10 python scripts/frozen_vs_free_interleaved.py --steps 250 --methods R D B --num-timing 24 \\
+        --out docs/results/continuous/frozen_vs_free_interleaved.json
+    nice -n 10 python scripts/frozen_vs_free_interleaved.py --steps 1000 --methods R D B --num-timing 12 \\
+        --append --out docs/results/continuous/frozen_vs_free_interleaved.json
 
 One torch thread, eager UNet (the bench's defaults), churn 1.0 and gamma = 7 (the second paper's
-Table 4). Writes the JSON after every K, so that an interrupted run keeps what it measured.
+Table 4). Writes the JSON after every K, so that an interrupted run keeps what it measured; `--append`
+adds a run to the file's `runs`, each with its own command and settings.
 """
 from __future__ import annotations
 
@@ -105,21 +108,27 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--model-call", choices=["eager", "traced"], default="eager")
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--append", action="store_true",
+                        help="add these K to the runs already in --out (each run keeps its own command and settings)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
-    result = {"command": "python scripts/frozen_vs_free_interleaved.py " + " ".join(argv or sys.argv[1:]),
-              "config": config, "started_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
-              "load_average_at_start": os.getloadavg(), "by_steps": []}
+    run = {"command": "python scripts/frozen_vs_free_interleaved.py " + " ".join(argv or sys.argv[1:]),
+           "config": config, "started_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
+           "load_average_at_start": os.getloadavg(), "steps": []}
+    runs = json.loads(args.out.read_text())["runs"] if args.append and args.out.exists() else []
+    runs.append(run)
     start = time.perf_counter()
     for k in args.steps:
-        result["by_steps"].append(time_interleaved(k, args.churn, args.gamma, args.methods, args.num_timing,
-                                                   args.seed, args.model_call))
-        result["wall_seconds"] = time.perf_counter() - start
-        result["load_average_at_end"] = os.getloadavg()
+        entry = time_interleaved(k, args.churn, args.gamma, args.methods, args.num_timing, args.seed, args.model_call)
+        run["steps"].append(k)
+        run["wall_seconds"] = time.perf_counter() - start
+        run["load_average_at_end"] = os.getloadavg()
+        entry["run"] = len(runs) - 1
+        run.setdefault("by_steps", []).append(entry)
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=1) + "\n")
-    for entry in result["by_steps"]:
+        args.out.write_text(json.dumps({"runs": runs}, indent=1) + "\n")
+    for entry in run["by_steps"]:
         for m in args.methods:
             s = entry["summary"][m]
             print(f"K={entry['steps']} {m}: Free {s['free_median_seconds']:.3f}s, Frozen {s['frozen_median_seconds']:.3f}s, "

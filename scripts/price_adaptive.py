@@ -14,6 +14,7 @@ With `--verify-ms-per-token S` the verifier's forward also costs S ms per token 
 (B + 1 at its K, B): docs/engine.md's isolated timings give about (2.6 - 2.3) / 8 = 0.04 ms.
 
     nice -n 10 python scripts/price_adaptive.py --out docs/results/adaptive/priced.json
+    python scripts/price_adaptive.py --table docs/results/adaptive/priced.json     # its markdown table, no run
 
 It counts on two problem sets by default: test problems 0-59 with seed 0 (the set of the first table) and
 test problems 100-159 with seed 11 (the re-measure's set). The tuning saw neither: it ran on 20
@@ -85,6 +86,27 @@ def price(counts: dict, c: dict) -> dict:
     return out
 
 
+def markdown(result: dict) -> str:
+    """docs/adaptive.md's priced table: one row per configuration, one column pair per problem set."""
+    sets = result["sets"]
+    head = ["configuration"]
+    for entry in sets:
+        first, last = entry["test_problems"]
+        head += [f"test {first}-{last}, seed {entry['seed']}: tokens / round, drafter forwards / round",
+                 "priced speedup over plain decoding (with the verifier's per-token cost)", "over the quiet best fixed"]
+    lines = ["| " + " | ".join(head) + " |", "| --- " * len(head) + "|"]
+    for i, (first_row) in enumerate(sets[0]["configurations"]):
+        cells = [f"{first_row['config']['name']} ({first_row['role'].split(' (')[0]})"]
+        for entry in sets:
+            row = entry["configurations"][i]
+            with_tokens = row.get("priced_speedup_with_token_cost")
+            cells += [f"{row['tokens_per_round']:.2f}, {row['drafter_forwards_per_round']:.2f}",
+                      f"{row['priced_speedup']:.2f}" + (f" ({with_tokens:.2f})" if with_tokens else ""),
+                      f"{row['over_quiet_best_fixed']:.2f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sets", nargs="+", default=["0:60:0", "100:60:11"],
@@ -92,8 +114,14 @@ def main(argv=None) -> int:
     parser.add_argument("--max-new-tokens", type=int, default=96)
     parser.add_argument("--verify-ms-per-token", type=float, default=0.04)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--out", type=Path, help="write the JSON here")
+    parser.add_argument("--table", type=Path, help="print the markdown table of this JSON (runs nothing)")
     args = parser.parse_args(argv)
+    if args.table:
+        sys.stdout.write(markdown(json.loads(args.table.read_text())))
+        return 0
+    if args.out is None:
+        parser.error("--out is required to run")
     import torch
 
     from specdiff.runs import ModelCache
