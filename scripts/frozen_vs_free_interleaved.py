@@ -12,6 +12,7 @@ DDPM timed in the same loop.
         --out docs/results/continuous/frozen_vs_free_interleaved.json
     nice -n 10 python scripts/frozen_vs_free_interleaved.py --steps 1000 --methods R D B --num-timing 12 \\
         --append --out docs/results/continuous/frozen_vs_free_interleaved.json
+    python scripts/frozen_vs_free_interleaved.py --table docs/results/continuous/frozen_vs_free_interleaved.json
 
 One torch thread, eager UNet (the bench's defaults), churn 1.0 and gamma = 7 (the second paper's
 Table 4). Writes the JSON after every K, so that an interrupted run keeps what it measured; `--append`
@@ -97,6 +98,40 @@ def time_interleaved(steps: int, churn: float, gamma: int, methods, num_timing: 
     return {"steps": steps, "summary": summary, "records": records}
 
 
+def median_interval(values: list[float], confidence: float = 0.95) -> tuple[float, float]:
+    """A distribution-free interval for the median (order statistics; binomial ranks), at least `confidence`."""
+    from math import comb
+
+    xs, n = sorted(values), len(values)
+    best = (xs[0], xs[-1])
+    for k in range(1, n // 2 + 1):  # order statistics k .. n-k+1 (1-based) cover the median with
+        coverage = sum(comb(n, i) for i in range(k, n - k + 1)) / 2 ** n  # P(k <= Binomial(n, 1/2) <= n-k)
+        if coverage < confidence:
+            break
+        best = (xs[k - 1], xs[n - k])
+    return best
+
+
+def markdown(result: dict) -> str:
+    """docs/continuous.md's table: per K and method, from every run's per-sample records."""
+    lines = ["| K | method | samples | Frozen / Free, median of per-sample ratios [95%] | Frozen faster in | "
+             "median s Free / Frozen / DDPM | block efficiency Free / Frozen |", "| --- " * 7 + "|"]
+    for run in result["runs"]:
+        for entry in run["by_steps"]:
+            records = entry["records"]
+            for m in run["config"]["methods"]:
+                free, frozen = records[f"free/{m}"]["seconds"], records[f"frozen/{m}"]["seconds"]
+                paired = [b / a for a, b in zip(free, frozen)]
+                low, high = median_interval(paired)
+                s = entry["summary"][m]
+                lines.append(f"| {entry['steps']} | {m} | {len(paired)} | {statistics.median(paired):.2f} "
+                             f"[{low:.2f}, {high:.2f}] | {sum(p < 1 for p in paired)} of {len(paired)} | "
+                             f"{s['free_median_seconds']:.2f} / {s['frozen_median_seconds']:.2f} / "
+                             f"{entry['summary']['ddpm_median_seconds']:.2f} | {s['free_block_efficiency']:.2f} / "
+                             f"{s['frozen_block_efficiency']:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, nargs="+", default=[250, 1000])
@@ -107,10 +142,16 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--model-call", choices=["eager", "traced"], default="eager")
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--out", type=Path, help="the JSON (written after every K)")
+    parser.add_argument("--table", type=Path, help="print the markdown table of this JSON (runs nothing)")
     parser.add_argument("--append", action="store_true",
                         help="add these K to the runs already in --out (each run keeps its own command and settings)")
     args = parser.parse_args(argv)
+    if args.table:
+        sys.stdout.write(markdown(json.loads(args.table.read_text())))
+        return 0
+    if args.out is None:
+        parser.error("--out is required to run")
     torch.set_num_threads(args.threads)
     config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
     run = {"command": "python scripts/frozen_vs_free_interleaved.py " + " ".join(argv or sys.argv[1:]),
