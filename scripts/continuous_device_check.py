@@ -1,7 +1,7 @@
 """The continuous half on an accelerator, end to end: exactness at scale, the cost side of the speedup
 on a realistic pixel UNet, and verification round times. Prints JSON (and writes it with --out).
 
-    python scripts/continuous_device_check.py --device cuda --out docs/continuous_device_check.json
+    python scripts/continuous_device_check.py --device cuda --out docs/results/continuous/continuous_device_check.json
     python scripts/continuous_device_check.py --toy     # CPU, seconds: CI runs this so that the script cannot rot
 
 Sections (independent: one that fails records its error and the others still run):

@@ -1,4 +1,4 @@
-"""Counts the imports that climb the layers of ../shared/DESIGN.md (Layout) in a specdiff source tree.
+"""Counts the imports that climb the layers of docs/architecture.md (Layout) in a specdiff source tree.
 
     python scripts/import_climbs.py [--root DIR] [--list]
 

@@ -15,10 +15,10 @@ run seed given, and one single-point [grid.NAME] per chosen configuration. A JSO
 each configuration was chosen as, with its validation figures) is written beside it.
 
     PYTHONPATH=. python scripts/leniency_heldout.py docs/results/leniency/masked_validation.sqlite \
-        --costs docs/results/leniency/call_costs.json --out docs/results/leniency/masked_test.toml
+        --costs docs/results/leniency/call_costs_masked.json --out docs/results/leniency/masked_test.toml
     specdiff sweep docs/results/leniency/masked_test.toml --store docs/results/leniency/masked_test.sqlite
     specdiff frontier docs/results/leniency/masked_test.sqlite --cost calls \
-        --costs docs/results/leniency/call_costs.json --honest --json
+        --costs docs/results/leniency/call_costs_masked.json --honest --json
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The layers of DESIGN.md (Layout), kept by import-linter's contracts in pyproject.toml (issue 19).
+"""The layers of docs/architecture.md (Layout), kept by import-linter's contracts in pyproject.toml (issue 19).
 
 `lint-imports` must pass on the tree; the same contracts must fail on a copy of the tree with one
 climbing import added (the linter is live, not a contract that cannot break); and no module imports

@@ -1,4 +1,4 @@
-"""The public names stay what DESIGN.md says, whatever was imported first."""
+"""The public names stay what docs/architecture.md ("Public API contract") says, whatever was imported first."""
 import subprocess
 import sys
 

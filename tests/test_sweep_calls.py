@@ -102,7 +102,7 @@ def test_the_call_costs_are_measured_once_and_kept_in_the_store(swept):
 
 def test_a_version_1_store_is_read_as_it_is_and_gains_the_column_when_a_sweep_writes(tmp_path, capsys):
     old = tmp_path / "old.sqlite"
-    shutil.copy(ROOT / "docs" / "results" / "dflash_linear.sqlite", old)
+    shutil.copy(ROOT / "docs" / "results" / "frontier" / "dflash_linear.sqlite", old)
     reader = SweepStore(old)
     try:
         assert reader.meta("schema_version") == "1"

@@ -118,7 +118,7 @@ def test_the_documented_example_is_valid_and_every_key_is_documented():
     from specdiff.commands.sweep import SCHEMA
 
     root = Path(__file__).resolve().parent.parent
-    settings, configs, _ = load_config(root / "docs" / "results" / "sweep_example.toml")
+    settings, configs, _ = load_config(root / "docs" / "results" / "frontier" / "sweep_example.toml")
     assert len(configs) == 12 and settings["task"]["options"] == {"split": "test"}
     doc = (root / "docs" / "frontier.md").read_text()
     for section, fields in SCHEMA.items():

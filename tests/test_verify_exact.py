@@ -105,7 +105,7 @@ def test_two_positions_follow_the_target_chain(rule, method, point_mass):
 
 
 def test_out_of_order_unmasking_biases_marginal_mode_but_not_point_mass():
-    """DESIGN.md's counterexample: x2 ~ Bern(1/2), then x1 = x2. Target p(x1) = (1/2, 1/2),
+    """docs/architecture.md's counterexample (Exactness): x2 ~ Bern(1/2), then x1 = x2. Target p(x1) = (1/2, 1/2),
     p(x2 | x1) = (0.9, 0.1). Marginal mode lands at TV 0.05 from the target; point mass is exact."""
     generator = torch.Generator().manual_seed(5)
     num_rows = NUM_ROWS

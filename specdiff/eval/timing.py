@@ -1,4 +1,4 @@
-"""One median timer for every benchmark (DESIGN.md, "Measuring speed": warm up, take the median).
+"""One median timer for every benchmark (docs/architecture.md, "How speed is measured": warm up, take the median).
 
     interleaved_median_ms({"ours": f, "theirs": g}, repeats=7)  # {"ours": ms, "theirs": ms}
     median_ms(f, repeats=30, warmup=5)                           # ms

@@ -33,11 +33,12 @@ def test_a_key_without_a_drafter_is_the_free_drafters():
 
 
 def test_the_committed_grid_keeps_its_store_name():
-    """docs/continuous_bench.json was written before the drafter was part of the key: the same settings
+    """docs/results/continuous/continuous_bench.json was written before the drafter was part of the key: the same settings
     must name the same sweep, or its store (runs/bench/s4d.sqlite) would no longer resume."""
     from pathlib import Path
 
-    config = json.loads((Path(__file__).parents[2] / "docs" / "continuous_bench.json").read_text())["config"]
+    committed = Path(__file__).parents[2] / "docs" / "results" / "continuous" / "continuous_bench.json"
+    config = json.loads(committed.read_text())["config"]
     settings = {k: config[k] for k in ("draft_length", "num_timing", "fd_samples", "ddpm_fd_seeds", "model_call",
                                        "threads", "seed", "weights")}
     assert sweep_name(settings) == config["sweep"] == "continuous-bench/56f49e8c800f"

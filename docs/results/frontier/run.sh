@@ -1,10 +1,10 @@
 #!/bin/bash
-# The default sweep of docs/results: three stores, the calibration, the frontiers and the reports.
+# The default sweep of docs/results/frontier: three stores, the calibration, the frontiers and the reports.
 # Resumable: rerun it after a kill and it skips finished rows. Writes each step's seconds to stderr.
-#   bash docs/results/run.sh            (from the repository root, with specdiff installed)
+#   bash docs/results/frontier/run.sh            (from the repository root, with specdiff installed)
 set -euo pipefail
-cd "$(dirname "$0")/../.."
-results=docs/results
+cd "$(dirname "$0")/../../.."
+results=docs/results/frontier
 for name in masked_linear masked_cactus block_linear dflash_linear; do
   start=$(date +%s)
   specdiff sweep $results/$name.toml --store $results/$name.sqlite --json > $results/$name.sweep.json
