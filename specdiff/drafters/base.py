@@ -17,7 +17,7 @@ Terms:
   `specdiff.verify` takes it; the engine passes None instead in point-mass mode.
 - exact marginal: `drafter.exact_marginal` is True when each drafted token was drawn from its q
   given the drafted tokens to its left (autoregressive drafting, one denoising step, strictly
-  left-to-right unmasking). Then marginal-mode verification is lossless (DESIGN, Exactness).
+  left-to-right unmasking). Then marginal-mode verification is lossless (docs/architecture.md, Exactness).
 
 What a drafter may keep: anything it can reuse, typically a KV cache of the committed tokens. It
 learns how much of its proposal survived from `commit(num_accepted)` and crops what it cached for

@@ -5,7 +5,7 @@ computed by enumeration (64 sequences). Lossless generation, N rows of the same 
 batched call with a fixed seed, must reproduce it: total variation <= TV_TOLERANCE and a
 chi-square goodness-of-fit p-value >= 1e-4. With 64 cells and N = 40,000 the expected TV of an
 exact sampler is <= 0.4 sqrt(64 / N) = 0.016, so TV_TOLERANCE = 0.03 leaves room for noise while
-a bias of the size of DESIGN.md's counterexample (0.05) fails; `test_the_check_has_power` shows
+a bias of the size of docs/architecture.md's counterexample (0.05) fails; `test_the_check_has_power` shows
 that a wrong target fails it.
 """
 from __future__ import annotations
