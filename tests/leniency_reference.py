@@ -149,6 +149,32 @@ def gated(p, q, inner, max_top=None, min_entropy=None, point_mass=False):
     return lossless(p, q, point_mass)
 
 
+def draft_acceptance(rule, p, q, y: int) -> float:
+    """The probability that verification accepts the drafted token y: min(1, p~_y(y) / q(y)), q the proposal
+    handed to verification (onehot(y) in point-mass mode); for Typical 1 where y is typical. p: the rows the
+    rule measures drafts against (the untruncated ones for support="untruncated"); the support is not read."""
+    kind = type(rule).__name__
+    p, q = _numpy(p), _numpy(q)
+    if kind == "Gated":
+        inner = rule.rule if gate_open(p, rule.max_top, rule.min_entropy) else None
+        return min(1.0, p[y] / q[y]) if inner is None else draft_acceptance(inner, p, q, y)
+    if kind == "Typical":
+        return 1.0 if typical_tokens(p, rule.epsilon, rule.delta)[y] else min(1.0, p[y] / q[y])
+    if kind == "Lossless":
+        target = p[y]
+    elif kind == "Linear":
+        target = (1 - rule.lam) * p[y] + rule.lam * q[y]
+    elif kind == "TVBudget":
+        tv = 0.5 * np.abs(p - q).sum()
+        lam = 0.0 if tv == 0 else min(1.0, rule.eps / tv)
+        target = (1 - lam) * p[y] + lam * q[y]
+    elif kind == "Cactus":
+        target = cactus_gamma(float(p[y]), rule.delta)
+    else:
+        raise ValueError(f"no reference for {rule!r}")
+    return min(1.0, target / q[y])
+
+
 def reference(rule):
     """A rule object (specdiff's, recognised by class name; only its parameters are read) -> the function
     f(p, q, point_mass) = (acceptance, emitted law) above. Support must be "truncated"."""

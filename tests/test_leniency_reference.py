@@ -307,3 +307,15 @@ def test_the_unperturbed_threshold_and_gate_written_here_are_the_library_s(monke
         counts, accepted = _measure(rule, p_rows, q_rows)
         tv, pvalue, acceptance_gap = _compare(rule, p_rows, q_rows, counts, accepted, False)
         assert tv <= TV_TOLERANCE and pvalue >= CHI2_MIN_PVALUE and acceptance_gap <= ACCEPTANCE_TOLERANCE
+
+
+@pytest.mark.parametrize("rule", THEORY_RULES + [sd.Lossless(), sd.Linear(0.3), sd.Cactus(1.0)], ids=repr)
+def test_the_per_draft_acceptance_averages_to_the_reference_acceptance(rule):
+    """ref.draft_acceptance (what tests/engine/test_leniency_engine.py predicts each engine position with) is the
+    per-draft form of the reference: its average over y ~ q is the reference's acceptance, marginal and point mass."""
+    for p, q in PAIRS:
+        per_draft = sum(float(q[y]) * ref.draft_acceptance(rule, p, q, y) for y in range(8))
+        assert per_draft == pytest.approx(reference_acceptance(rule, p, q), abs=1e-12)
+        onehots = np.eye(8)
+        point_mass = sum(float(q[y]) * ref.draft_acceptance(rule, p, onehots[y], y) for y in range(8))
+        assert point_mass == pytest.approx(reference_acceptance(rule, p, q, True), abs=1e-12)
