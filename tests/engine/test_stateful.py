@@ -1,7 +1,9 @@
 """Rollback of recurrent and convolution state (issue 20; `specdiff.lm.state`): the verifier's rounds and the
 AR drafter's drafts on hybrid models equal uncached full forwards row by row, with a different accepted length
-per row and rows leaving the batch; DFlash's verifier states after a rollback; bfloat16 and float16 models;
-the statistical check on a tiny hybrid verifier; clear errors for unknown stateful layers."""
+per row and rows leaving the batch, and those checks fail when any rollback (convolution window, replay,
+checkpoints) is disabled; DFlash's verifier states after a rollback; bfloat16 and float16 models, with the tie
+tolerance used in at most one sequence in ten; the statistical check on a tiny hybrid verifier; batch select on
+every cache layer type; clear errors for unknown stateful layers."""
 from __future__ import annotations
 
 import pytest
@@ -35,19 +37,11 @@ def _full_logits(model, tokens: list[int], last: int) -> torch.Tensor:
 def test_hybrid_verifier_rounds_equal_full_forwards(name):
     """Prompts of different lengths, per-row acceptance (everything, nothing, in between), a row leaving the
     batch: every round's p equals an uncached forward of each row alone over its committed tokens + chunk."""
-    def kept(round_index, row):  # last + 0..3 drafted; in round 3 every row keeps everything: nothing to replay
-        return 4 if round_index == 3 else 1 + (round_index + 2 * row) % 4
-
-    verifier, _ = check_rounds_against_full_forwards(build(name, seed=3), [[1, 2, 3, 4, 5, 6], [7, 8], [9, 10, 11, 12]],
-                                                     vocab=90, kept=kept, leave_round=1, atol=5e-5, label=name)
-    stats = verifier.rollback_stats
+    stats = _check_verifier_rounds(name)  # in round 3 every row keeps everything: nothing to replay
     assert stats["rewinds"] == 5 and stats["replay_skipped"] >= 1
 
 
-@pytest.mark.parametrize("name", list(HYBRID))
-def test_hybrid_ar_drafter_matches_uncached_forwards(name):
-    """After rounds of different acceptance per row (all, none, some: ragged pending tokens), every drafted
-    token's q equals the drafter's distribution from an uncached forward of the row's committed + drafted tokens."""
+def _check_ar_drafter_against_uncached_forwards(name):
     model = build(name, seed=5)
     drafter = sd.AutoregressiveDrafter(model, temperature=1.0, top_p=1.0, top_k=0)
     committed = [[1, 4, 2], [3, 5, 6, 7, 8]]
@@ -63,6 +57,56 @@ def test_hybrid_ar_drafter_matches_uncached_forwards(name):
         drafter.commit(torch.tensor(accepted))
         for row in range(2):
             committed[row] += draft.tokens[row, : accepted[row]].tolist() + [(accepted[row] * 7 + row) % 90 + 1]
+    return drafter
+
+
+@pytest.mark.parametrize("name", list(HYBRID))
+def test_hybrid_ar_drafter_matches_uncached_forwards(name):
+    """After rounds of different acceptance per row (all, none, some: ragged pending tokens), every drafted
+    token's q equals the drafter's distribution from an uncached forward of the row's committed + drafted tokens."""
+    _check_ar_drafter_against_uncached_forwards(name)
+
+
+def _check_verifier_rounds(name):
+    def kept(round_index, row):  # as test_hybrid_verifier_rounds_equal_full_forwards
+        return 4 if round_index == 3 else 1 + (round_index + 2 * row) % 4
+
+    verifier, _ = check_rounds_against_full_forwards(build(name, seed=3), [[1, 2, 3, 4, 5, 6], [7, 8], [9, 10, 11, 12]],
+                                                     vocab=90, kept=kept, leave_round=1, atol=5e-5, label=name)
+    return verifier.rollback_stats
+
+
+def _keep_the_newest_window(self, layer, dropped):
+    """The convolution rollback disabled: every row keeps the newest K conv inputs, rejected columns included."""
+    for state in range(layer.number_of_states):
+        if layer.is_conv_states_initialized[state]:
+            width = layer.conv_kernel_size[state]
+            layer.conv_states[state] = layer.conv_states[state][..., -width:].contiguous()
+
+
+# each rollback of docs/engine.md ("Hybrid models") disabled, with a model that needs it and the check that uses it
+ROLLBACKS = {
+    "convolution-window": ("_rewind_conv", _keep_the_newest_window, "lfm2", _check_verifier_rounds),
+    "replay-gated-deltanet": ("_replay", lambda self, kept: None, "qwen3_5", _check_verifier_rounds),
+    "replay-mamba2": ("_replay", lambda self, kept: None, "nemotron_h", _check_verifier_rounds),
+    "checkpoints-ar-drafter": ("_select_checkpoints", lambda self, kept: None, "nemotron_h",
+                               _check_ar_drafter_against_uncached_forwards),
+    "checkpoints-stepwise-verifier": ("_select_checkpoints", lambda self, kept: None, "jamba", _check_verifier_rounds),
+}
+
+
+@pytest.mark.parametrize("rollback", list(ROLLBACKS))
+def test_the_stateful_checks_fail_when_a_rollback_is_disabled(rollback, monkeypatch):
+    """Power of the row-by-row checks above (docs/engine.md: they fail when any rollback is disabled): with the
+    convolution-window gather, the replay (Gated DeltaNet, Mamba-2) or the checkpoint selection (AR drafter,
+    Jamba's stepwise verifier) replaced by a no-op, the same check fails on a model that needs it."""
+    from specdiff.lm import state
+
+    method, disabled, name, check = ROLLBACKS[rollback]
+    monkeypatch.setattr(state._class(), method, disabled)
+    with pytest.raises(AssertionError, match=rf"^\('{name}', \d, \d, tensor") as failure:  # (model, round, row, gap)
+        check(name)
+    print(f"{rollback} disabled: {name} fails at (model, round, row, largest difference) = {failure.value}")
 
 
 @pytest.mark.parametrize("name, dtype", [("qwen3_5", torch.bfloat16), ("nemotron_h", torch.bfloat16),
