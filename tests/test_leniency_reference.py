@@ -18,7 +18,8 @@ import leniency_reference as ref
 import numpy as np
 import pytest
 import torch
-from exactness import CHI2_MIN_PVALUE, TV_TOLERANCE, chi_square_pvalue, histogram, random_distribution, total_variation_to
+from exactness import (CHI2_MIN_PVALUE, TV_TOLERANCE, chi_square_pvalue, histogram, random_distribution,
+                       total_variation_to)
 
 import specdiff as sd
 from specdiff import acceptance, theory

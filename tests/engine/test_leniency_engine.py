@@ -98,7 +98,8 @@ def _recorded_rounds(tiny_pair, rule, top_k, monkeypatch, lossless_engine=None):
 
     monkeypatch.setattr(engine, "verify", spy)
     gen = sd.SpeculativeGenerator(drafter, verifier, block_size=4, rule=rule, proposal="point_mass", eos_token_id=[])
-    gen.generate([[5 + i, 6 + 2 * i, 7] for i in range(8)], max_new_tokens=24, generator=torch.Generator().manual_seed(0))
+    prompts = [[5 + i, 6 + 2 * i, 7] for i in range(8)]
+    gen.generate(prompts, max_new_tokens=24, generator=torch.Generator().manual_seed(0))
     monkeypatch.setattr(engine, "verify", original)
     return rounds
 
@@ -155,7 +156,8 @@ def test_the_check_fails_when_the_engine_silently_runs_lossless(tiny_pair, top_k
     rules = [param.values[0] for param in ENGINE_RULES if param.values[1] == top_k]
     for support in ("truncated", "untruncated"):
         ran = sd.Lossless(support=support)
-        rounds = _recorded_rounds(tiny_pair, sd.Lossless(support="untruncated"), top_k, monkeypatch, lossless_engine=ran)
+        rounds = _recorded_rounds(tiny_pair, sd.Lossless(support="untruncated"), top_k, monkeypatch,
+                                  lossless_engine=ran)
         _assert_follows(ran, rounds, not_lossless=False)  # what the engine did run passes
         for rule in rules:
             if rule != ran:

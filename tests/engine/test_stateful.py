@@ -24,7 +24,8 @@ def tie_cap():
     ties, checked = len(TIES), len(CHECKED)
     yield
     mine, compared = TIES[ties:], CHECKED[checked:]
-    print(f"\nstateful: {len(mine)} tie-tolerance mismatches in {len(compared)} sequences" + "".join(f"\n  {t}" for t in mine))
+    print(f"\nstateful: {len(mine)} tie-tolerance mismatches in {len(compared)} sequences"
+          + "".join(f"\n  {t}" for t in mine))
     assert len(mine) <= max(1, len(compared) // 10), mine
 
 
