@@ -35,6 +35,7 @@ def test_a_closed_gate_runs_lossless_draw_for_draw_and_an_open_one_runs_the_inne
     _, linear = _generate(pair, sd.Linear(0.5))
     _, opened = _generate(pair, sd.Gated(sd.Linear(0.5), max_top=1.0))
     assert opened.token_ids == linear.token_ids
+    assert linear.token_ids != lossless.token_ids  # not both Lossless (their laws: test_the_engine_accepts_as_...)
 
 
 def test_typical_and_untruncated_rules_run_in_the_engine_and_are_not_called_exact(pair):
