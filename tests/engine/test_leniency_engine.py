@@ -35,6 +35,7 @@ def test_a_closed_gate_runs_lossless_draw_for_draw_and_an_open_one_runs_the_inne
     _, linear = _generate(pair, sd.Linear(0.5))
     _, opened = _generate(pair, sd.Gated(sd.Linear(0.5), max_top=1.0))
     assert opened.token_ids == linear.token_ids
+    assert linear.token_ids != lossless.token_ids  # not both Lossless (their laws: test_the_engine_accepts_as_...)
 
 
 def test_typical_and_untruncated_rules_run_in_the_engine_and_are_not_called_exact(pair):
@@ -44,6 +45,125 @@ def test_typical_and_untruncated_rules_run_in_the_engine_and_are_not_called_exac
         assert not gen.exact and not out.summary.exact
         assert all(len(ids) > 0 for ids in out.token_ids)
         assert all(s.new_tokens <= 40 for s in out.stats)
+
+
+# -- the engine applies the rule it was given (issue 33, item 7) ----------------------------------------------
+# A tiny random Llama verifier (tests/architectures.py) at temperature 0.3 and its perturbed copy as the AR drafter,
+# point-mass proposal, 8 prompts, 24 new tokens, block 4: about 190 verified positions per run, whose p is
+# recorded. For every position examined (the accepted ones and the first rejected one) the rule's probability of
+# accepting the drafted token is computed from the recorded p (and untruncated p) by tests/leniency_reference.py,
+# written from the rules' definitions; so is Lossless's. top_k = 2 makes Typical and the untruncated rules differ
+# from Lossless at many positions; Lossless(support="untruncated") is run at top_k = 1, where it accepts a draft
+# outside the nucleus (p = 0) about 11 times per run, which Lossless never does.
+
+ENGINE_RULES = [
+    pytest.param(sd.Typical(0.09), 2, id="typical"),
+    pytest.param(sd.Linear(0.2, support="untruncated"), 2, id="linear-untruncated"),
+    pytest.param(sd.Gated(sd.Cactus(1.0, support="untruncated"), min_entropy=0.5), 2, id="gated-cactus-untruncated"),
+    pytest.param(sd.Gated(sd.Linear(0.5), max_top=1.0), 2, id="gated-linear-open"),
+    pytest.param(sd.Lossless(support="untruncated"), 1, id="lossless-untruncated"),
+]
+LIKELIHOOD_RATIO = 1e6
+
+
+@pytest.fixture(scope="module")
+def tiny_pair():
+    from architectures import build, perturbed
+
+    model = build("llama")
+    return model, perturbed(model, scale=0.05)
+
+
+def _recorded_rounds(tiny_pair, rule, top_k, monkeypatch, lossless_engine=None):
+    """Runs the engine under `rule` and records every verify call: (drafted tokens [b, W], p [b, W, V] and
+    untruncated p [b, W, V] at the drafted positions, float64, and the accepted counts [b]). lossless_engine: the
+    defect, a Lossless rule the engine verifies with whatever its rule (what is recorded is still what it gets)."""
+    import specdiff.engine.generate as engine
+
+    model, drafter_model = tiny_pair
+    verifier = sd.Verifier(model, temperature=0.3, top_k=top_k)
+    drafter = sd.AutoregressiveDrafter(drafter_model, temperature=0.3, top_p=1.0, top_k=0)
+    rounds, original = [], engine.verify
+
+    def spy(draft_tokens, draft_probs, target_logits, **kwargs):
+        width = draft_tokens.shape[1]
+        p = torch.softmax(target_logits[:, :width].double(), -1)
+        loose_logits = verifier.untruncated_logits()[:, :width]
+        loose = torch.softmax(loose_logits.double(), -1)
+        if lossless_engine:  # the rule the defective engine runs
+            untruncated = loose_logits if lossless_engine.support == "untruncated" else None
+            kwargs.update(rule=lossless_engine, untruncated_probs=untruncated)
+        result = original(draft_tokens, draft_probs, target_logits, **kwargs)
+        rounds.append((draft_tokens.clone(), p, loose, result.num_accepted.clone()))
+        return result
+
+    monkeypatch.setattr(engine, "verify", spy)
+    gen = sd.SpeculativeGenerator(drafter, verifier, block_size=4, rule=rule, proposal="point_mass", eos_token_id=[])
+    prompts = [[5 + i, 6 + 2 * i, 7] for i in range(8)]
+    gen.generate(prompts, max_new_tokens=24, generator=torch.Generator().manual_seed(0))
+    monkeypatch.setattr(engine, "verify", original)
+    return rounds
+
+
+def _assert_follows(rule, rounds, not_lossless=True):
+    """The accept/reject outcomes of every examined position follow `rule` and (not_lossless) not Lossless: none is
+    impossible under the rule, their number is within 4 standard deviations of the rule's expectation, and they
+    are at least LIKELIHOOD_RATIO times likelier under the rule than under Lossless, measured against the
+    truncated p or against the untruncated one (whichever differs from the rule)."""
+    import math
+
+    import numpy as np
+    from leniency_reference import draft_acceptance
+
+    def support_of(r):
+        return (r.rule if isinstance(r, sd.Gated) else r).support
+
+    alternatives = [r for r in (sd.Lossless(), sd.Lossless(support="untruncated")) if r != rule]
+    outcomes = []  # per examined position: the rule's acceptance probability, each alternative's, accepted or not
+    for tokens, p, loose, accepted in rounds:
+        for row in range(tokens.shape[0]):
+            for i in range(min(int(accepted[row]) + 1, tokens.shape[1])):
+                y = int(tokens[row, i])
+                onehot = np.zeros(p.shape[-1])
+                onehot[y] = 1.0
+                rows = {"truncated": p[row, i], "untruncated": loose[row, i]}
+                outcomes.append([draft_acceptance(r, rows[support_of(r)], onehot, y) for r in [rule] + alternatives]
+                                + [i < int(accepted[row])])
+    outcomes = np.array(outcomes)
+    a, kept = outcomes[:, 0], outcomes[:, -1].astype(bool)
+    assert len(a) >= 100
+    assert not ((a == 0) & kept).any() and not ((a == 1) & ~kept).any(), "an outcome the rule cannot produce"
+    spread = math.sqrt(float((a * (1 - a)).sum()))
+    assert abs(kept.sum() - a.sum()) <= 4 * max(spread, 1e-9), (kept.sum(), a.sum(), spread)
+    if not not_lossless:
+        return
+    for column, alternative in enumerate(alternatives, start=1):
+        b = outcomes[:, column]
+        with np.errstate(divide="ignore"):
+            log_ratio = float((np.log(np.where(kept, a, 1 - a)) - np.log(np.where(kept, b, 1 - b)))[a != b].sum())
+        assert log_ratio >= math.log(LIKELIHOOD_RATIO), (alternative, log_ratio)
+
+
+@pytest.mark.parametrize("rule, top_k", ENGINE_RULES)
+def test_the_engine_accepts_as_its_rule_does_and_not_as_lossless(tiny_pair, rule, top_k, monkeypatch):
+    _assert_follows(rule, _recorded_rounds(tiny_pair, rule, top_k, monkeypatch))
+
+
+@pytest.mark.parametrize("top_k", [2, 1])
+def test_the_check_fails_when_the_engine_silently_runs_lossless(tiny_pair, top_k, monkeypatch):
+    """Power of the test above: with the engine verifying with Lossless whatever its rule (against the truncated
+    p, or against the untruncated one), each rule's check fails but Lossless's own. The engine's run does not
+    depend on the rule it was given then, so one run serves every rule of this top_k."""
+    rules = [param.values[0] for param in ENGINE_RULES if param.values[1] == top_k]
+    for support in ("truncated", "untruncated"):
+        ran = sd.Lossless(support=support)
+        rounds = _recorded_rounds(tiny_pair, sd.Lossless(support="untruncated"), top_k, monkeypatch,
+                                  lossless_engine=ran)
+        _assert_follows(ran, rounds, not_lossless=False)  # what the engine did run passes
+        for rule in rules:
+            if rule != ran:
+                with pytest.raises(AssertionError):
+                    _assert_follows(rule, rounds)
 
 
 def test_untruncated_rules_get_the_verifiers_untruncated_logits(pair, monkeypatch):
