@@ -39,6 +39,7 @@ def v2(request):
     from vllm.v1.worker.gpu import buffer_utils
 
     register()
+    hooks.activate()  # what the first engine that asks for specdiff does (WorkerBase.__init__'s gate)
     patch = pytest.MonkeyPatch()
     patch.setattr(buffer_utils, "is_uva_available", lambda: False)
     from vllm.v1.worker.gpu.spec_decode import rejection_sampler
@@ -136,7 +137,7 @@ def test_add_request_records_each_requests_rule_by_state_index(v2):
     assert rules == [sd.Cactus(0.5), sd.Linear(1.0), sd.Linear(0.3), None] and method == "token"
     sampler.add_request(2, _params({"specdiff": {"rule": "tv", "leniency": 0.1}}))  # a new request in state 2
     assert hooks.v2_rules(rejection_sampler, np.array([2]))[0] == [sd.TVBudget(0.1)]
-    _, block = _engine({}, method="block")
+    _, block = _engine({"specdiff": {}}, method="block")
     assert hooks.v2_rules(block, np.array([0]))[1] == "block"
 
 
@@ -160,7 +161,7 @@ def test_verification_takes_each_requests_rule(v2, stand_in, chunk):
 
 
 def test_every_row_lossless_is_vllms_result(v2, stand_in):
-    sampler, rejection_sampler = _engine({})
+    sampler, rejection_sampler = _engine({"specdiff": {}})
     sampler.add_request(0, _params())
     sampler.add_request(1, _params({"specdiff": {"rule": "linear", "leniency": 0.0}}))  # Linear(0) is Lossless
     sampler.apply_staged_writes()
@@ -179,7 +180,7 @@ def test_the_emitted_law_is_the_relaxed_target(v2, stand_in):
     from specdiff import theory
 
     n = 6000
-    sampler, rejection_sampler = _engine({}, max_num_reqs=n, block=1)
+    sampler, rejection_sampler = _engine({"specdiff": {}}, max_num_reqs=n, block=1)
     for i in range(n):
         sampler.add_request(i, _params({"specdiff": {"rule": "linear", "leniency": 0.5}}))
     sampler.apply_staged_writes()
@@ -202,7 +203,7 @@ def test_the_emitted_law_is_the_relaxed_target(v2, stand_in):
 
 
 def test_a_seeded_lenient_request_is_reproducible(v2, stand_in):
-    sampler, rejection_sampler = _engine({})
+    sampler, rejection_sampler = _engine({"specdiff": {}})
     sampler.add_request(0, _params({"specdiff": {"rule": "linear", "leniency": 0.5}}, seed=7))
     sampler.apply_staged_writes()
     logits = torch.randn(3, VOCAB)
@@ -237,8 +238,22 @@ def test_draft_logits_are_read_by_request_state():
     assert out[0, :2].tolist() == [4, 5] and out[1, 0].item() == 1 and num.tolist() == [3, 2]
 
 
-def test_a_smaller_draft_vocabulary_gives_q_zero_beyond_it():
-    """V2 reads min(V, V') entries where the draft's vocabulary V' is smaller: q is 0 beyond it."""
+def test_a_smaller_draft_vocabulary_gives_q_zero_beyond_it(monkeypatch):
+    """V2 reads min(V, V') entries where the draft's vocabulary V' is smaller: q is 0 beyond it. The q that
+    reaches the verification ([N, V], N = 3 drafted rows) is read back: softmax(draft logits / T) over the
+    first V' = 4 tokens (uniform here, T = 1), exactly 0 over tokens 4 and 5."""
+    seen = {}
+
+    def spy(output, draft_token_ids, num_draft_tokens, draft_probs, *args, **kwargs):
+        seen["q"] = draft_probs.clone()
+        return hooks_sampling(output, draft_token_ids, num_draft_tokens, draft_probs, *args, **kwargs)
+
+    hooks_sampling = hooks.relaxed_rejection_sample
+    monkeypatch.setattr(hooks, "relaxed_rejection_sample", spy)
     draft_logits = torch.zeros(2, 2, 4)  # V' = 4 < V = 6: uniform over tokens 0..3
     out, num = _relax_v2(*_inputs(draft_logits), rules=[sd.Linear(1.0), sd.Linear(1.0)], method="token")
     assert out.shape == (2, 3) and int(num[1]) >= 1
+    q = seen["q"]  # [3, 6]: request 0's two drafted rows, request 1's one
+    assert q.shape == (3, VOCAB)
+    assert bool((q[:, 4:] == 0).all()), q
+    assert torch.allclose(q[:, :4], torch.full((3, 4), 0.25)), q

@@ -1,0 +1,143 @@
+"""Who the plugin changes, and what happens when its hooks cannot apply (issue 33, items 2 and 3).
+
+- An engine that does not ask for specdiff (no `additional_config["specdiff"]`, no specdiff proposer)
+  runs as vLLM without the plugin: its seeded sampled spec-decode output, with the plugin loaded from
+  its entry point, equals the output with VLLM_PLUGINS=none (the CPU expand repair, which changes
+  vLLM-CPU's sampled output, stays off there), and a request that asks such an engine for a rule is
+  refused rather than run as Lossless.
+- Where specdiff is asked for, an untested vLLM version (a stubbed `vllm.__version__`) or a patch
+  point that changed stops the engine at start with SpecdiffInstallError naming the tested range
+  (the [vllm] extra's >=0.32,<0.33), and leaves no patch half applied; a step of a specdiff engine
+  whose verification does not reach the wrapped rejection_sample raises instead of running Lossless.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("vllm.entrypoints.llm", reason="vLLM is not importable here: run tests/vllm in the environment "
+                    "that scripts/vllm_env.sh builds")
+
+sys.path.insert(0, str(Path(__file__).parent))
+import tiny  # noqa: E402
+
+from specdiff.integrations.vllm import hooks  # noqa: E402
+
+TESTED = ">=0.32,<0.33"
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    return tiny.pair(tmp_path_factory.mktemp("pair"), vocab=8)
+
+
+def _engine_args(target, additional_config=None):
+    from vllm.engine.arg_utils import EngineArgs
+
+    return EngineArgs(model=str(target), skip_tokenizer_init=True, enforce_eager=True, max_model_len=32,
+                      dtype="float32", additional_config=additional_config or {})
+
+
+@pytest.fixture
+def fresh(monkeypatch):
+    """The sampling patches undone for the test (it patches vLLM first), re-applied afterwards."""
+    hooks.deactivate()
+    yield monkeypatch
+    monkeypatch.undo()
+    hooks.deactivate()
+    hooks.activate()
+
+
+def _run_seeded(pair, tmp_path, env):
+    spec = {"target": str(pair[0]), "draft": str(pair[1]), "prompt": [1, 2, 3, 0], "length": 12,
+            "seeded": [[1.0, 1.0], [0.7, 0.9], [1.3, 1.0], [1.0, 0.8]] * 4}
+    path = tmp_path / "seeded.json"
+    path.write_text(json.dumps(spec))
+    done = subprocess.run([sys.executable, str(Path(__file__).parent / "engines.py"), str(path)],
+                          env={**os.environ, **env}, capture_output=True, text=True, timeout=400)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    assert lines, done.stderr[-3000:]
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+def test_an_engine_without_specdiff_runs_as_vllm_without_the_plugin(pair, tmp_path):
+    """Seeded sampled requests (temperatures 0.7-1.3, top-p 0.8-1) under draft_model spec decoding, on an
+    engine without additional_config["specdiff"]: the same tokens with the plugin loaded as with
+    VLLM_PLUGINS=none. Before issue 33 the plugin's CPU expand repair changed them for every engine."""
+    plain = {k: "" for k in ()}  # the plugin loaded from its entry point, as in any vLLM process
+    ours = _run_seeded(pair, tmp_path, {**plain, "VLLM_PLUGINS": "specdiff"})
+    vanilla = _run_seeded(pair, tmp_path, {"VLLM_PLUGINS": "none"})
+    assert ours["gates"] and not ours["active"]  # loaded, and nothing applied
+    assert vanilla["counters"]["draft_tokens"] > 0
+    assert ours["tokens"] == vanilla["tokens"]
+    assert ours["refused"] and "without additional_config" in ours["refused"], ours["refused"]
+
+
+def test_an_untested_vllm_version_stops_an_engine_that_asks_for_specdiff(pair, fresh):
+    import vllm
+
+    fresh.setattr(vllm, "__version__", "0.33.1")
+    with pytest.raises(hooks.SpecdiffInstallError, match=TESTED.replace("<", "<").replace(".", r"\.")) as raised:
+        _engine_args(pair[0], {"specdiff": {"rule": "linear", "leniency": 0.2}}).create_engine_config()
+    assert "0.33.1" in str(raised.value)
+    _engine_args(pair[0]).create_engine_config()  # without specdiff: vLLM's business, no error
+    assert not hooks._active
+
+
+@pytest.mark.parametrize("where", ["V1 _sample", "V2 rejection_sample"])
+def test_a_patch_that_fails_stops_the_engine_and_undoes_the_others(pair, fresh, where):
+    from vllm.v1.sample import rejection_sampler as v1
+    from vllm.v1.worker.gpu.spec_decode import rejection_sampler as v2
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+    if where == "V1 _sample":
+        def moved(self, logits, metadata):  # a vLLM whose _sample renamed spec_decode_metadata
+            raise AssertionError("not called")
+
+        fresh.setattr(GPUModelRunner, "_sample", moved)
+        name = "GPUModelRunner._sample"
+    else:
+        def moved(target_logits, draft_logits, draft_sampled, cu_num_logits, idx_mapping, temperature):
+            raise AssertionError("not called")
+
+        fresh.setattr(v2, "rejection_sample", moved)
+        name = "rejection_sampler_utils.rejection_sample"
+    originals = (v1.rejection_sample, v1.expand_batch_to_tokens, v2.RejectionSampler._verify)
+    with pytest.raises(hooks.SpecdiffInstallError, match=name) as raised:
+        _engine_args(pair[0], {"specdiff": {"rule": "linear", "leniency": 0.2}}).create_engine_config()
+    assert TESTED in str(raised.value)
+    assert (v1.rejection_sample, v1.expand_batch_to_tokens, v2.RejectionSampler._verify) == originals
+    assert not hooks._active
+
+
+def test_a_specdiff_step_that_bypasses_the_wrapped_rejection_sample_raises(fresh):
+    """The rules travel from the V1 `_sample` wrapper to the wrapped rejection_sample; a vLLM whose _sample
+    verifies without calling it (stubbed here) raises rather than run the step as Lossless."""
+    from types import SimpleNamespace
+
+    from vllm.v1.sample import rejection_sampler as v1
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+    calls = []
+
+    def bypassing(self, logits, spec_decode_metadata):
+        calls.append("bypass")
+        return "vLLM's output"
+
+    fresh.setattr(GPUModelRunner, "_sample", bypassing)
+    hooks.activate()
+    runner = SimpleNamespace(vllm_config=SimpleNamespace(additional_config={"specdiff": {"rule": "linear",
+                                                                                         "leniency": 0.5}},
+                                                         speculative_config=None),
+                             input_batch=SimpleNamespace(req_ids=[]), requests={})
+    with pytest.raises(hooks.SpecdiffInstallError, match="did not go through"):
+        GPUModelRunner._sample(runner, None, spec_decode_metadata=object())
+    plain = SimpleNamespace(vllm_config=SimpleNamespace(additional_config={}, speculative_config=None))
+    assert GPUModelRunner._sample(plain, None, spec_decode_metadata=object()) == "vLLM's output"  # not specdiff's
+    assert GPUModelRunner._sample(runner, None, spec_decode_metadata=None) == "vLLM's output"  # no drafts
+    assert calls == ["bypass"] * 3 and v1.rejection_sample.__wrapped__ is not None
