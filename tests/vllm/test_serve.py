@@ -71,19 +71,11 @@ REQUESTS, TOKENS = 16, 24
 SPECULATIVE = 4
 
 
-def _pair(root: Path) -> tuple[Path, Path]:
-    """A target and, as its draft, a saved copy of it (draft_model needs a checkpoint of its own)."""
-    target = tiny.qwen3(8, 2, 0, 5.0)
-    paths = root / "target", root / "draft"
-    for path in paths:
-        target.save_pretrained(path)
-    _tokenizer(paths[0], 8)
-    return paths
-
-
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory):
-    return _pair(tmp_path_factory.mktemp("serve"))
+    target, draft = tiny.self_pair(tmp_path_factory.mktemp("serve"))
+    _tokenizer(target, 8)
+    return target, draft
 
 
 def _speculative_config(draft) -> dict:
