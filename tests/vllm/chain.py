@@ -155,7 +155,8 @@ def chain_law(target: Model, draft: Model, prompt, length: int, block: int, rule
                 row = residuals[i] if i < block else target(prefix + tuple(tokens))
                 for z in range(vocab):
                     if row[z] > 0:
-                        walk(prefix + tuple(tokens[:i]) + (z,), emitted + tokens[:i] + [z], keep * chance * float(row[z]))
+                        walk(prefix + tuple(tokens[:i]) + (z,), emitted + tokens[:i] + [z],
+                             keep * chance * float(row[z]))
 
     first = target(tuple(prompt))
     for x in range(vocab):

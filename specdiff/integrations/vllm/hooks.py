@@ -129,7 +129,8 @@ def requested(vllm_config) -> bool:
 
 
 def cpu_repair_mode() -> str:
-    """SPECDIFF_VLLM_CPU_REPAIR: unset or "auto" -> "auto"; "1"/"on"/"always" -> "always"; "0"/"off"/"never" -> "never"."""
+    """SPECDIFF_VLLM_CPU_REPAIR: unset or "auto" -> "auto" (specdiff's engines); "1", "on", "always" -> "always"
+    (every engine); "0", "off", "never" -> "never"."""
     value = os.environ.get(CPU_REPAIR_ENV, "auto").strip().lower()
     modes = {"auto": "auto", "": "auto", "1": "always", "on": "always", "always": "always", "0": "never",
              "off": "never", "never": "never"}
@@ -361,6 +362,20 @@ def expand_batch_to_tokens(x, cu_num_tokens, num_tokens, replace_from=0, replace
     return torch.where(expanded == replace_from, torch.full_like(expanded, replace_to), expanded)
 
 
+_lenient_generators: dict = {}  # device -> torch.Generator
+
+
+def lenient_generator(device) -> torch.Generator:
+    """The generator of the lenient rows that have no seed of their own, one per device, seeded once from
+    torch's initial seed (vLLM's engine seed): specdiff's draws never move torch's global generator, so
+    that vLLM's own draws for other requests are where they would be without lenient requests."""
+    device = torch.device(device)
+    key = str(device)
+    if key not in _lenient_generators:
+        _lenient_generators[key] = torch.Generator(device).manual_seed((torch.initial_seed() + 0x5EED) % 2 ** 63)
+    return _lenient_generators[key]
+
+
 def _bypassed(where: str) -> SpecdiffInstallError:
     return SpecdiffInstallError(
         f"{where} ran on an engine that asks for specdiff, but vLLM's rejection sampling did not go through "
@@ -433,7 +448,8 @@ def _install_v1(applied: list) -> None:
         return relaxed_rejection_sample(output, arguments["draft_token_ids"], num_draft_tokens,
                                         arguments.get("draft_probs"), arguments["target_logits"],
                                         arguments["bonus_token_ids"], rules[: len(num_draft_tokens)], greedy=greedy,
-                                        method=_batch.method, generators=sampling_metadata.generators)
+                                        method=_batch.method, generators=sampling_metadata.generators,
+                                        default_generator=lenient_generator(arguments["target_logits"].device))
 
     rejection_sample.__wrapped__ = original
     _patch(v1, "rejection_sample", rejection_sample, applied)
@@ -581,9 +597,11 @@ def _relax_v2(sampled, num_sampled, target_logits, draft_logits, draft_sampled, 
     indexed by request state, so q is softmax(draft logits / T) (zero beyond the draft's vocabulary V'
     where V' < V, as V2's kernels read only min(V, V') entries). A lenient row's bonus token is drawn
     here from the unrelaxed p of its bonus row; `generators` ({row: torch.Generator}) are the seeded
-    requests'. vLLM's CPU backend cannot run V2 (it needs Triton): tests/vllm/test_hooks_v2.py checks
-    this on V2's real Sampler and RejectionSampler with a torch stand-in for the Triton kernel."""
+    requests', `lenient_generator` every other lenient row's. vLLM's CPU backend cannot run V2 (it
+    needs Triton): tests/vllm/test_hooks_v2.py checks this on V2's real Sampler and RejectionSampler
+    with a torch stand-in for the Triton kernel."""
     generators = generators or {}
+    default = lenient_generator(target_logits.device)
     cu = cu_num_logits.tolist()
     num_reqs = len(cu) - 1
     vocab = target_logits.shape[-1]
@@ -600,7 +618,7 @@ def _relax_v2(sampled, num_sampled, target_logits, draft_logits, draft_sampled, 
         if bool(greedy[r]):
             bonus.append(rows[n].argmax())
         else:
-            bonus.append(torch.multinomial(rows[n].softmax(-1), 1, generator=generators.get(r))[0])
+            bonus.append(torch.multinomial(rows[n].softmax(-1), 1, generator=generators.get(r, default))[0])
         if draft_logits is not None:
             width = min(vocab, draft_logits.shape[-1])
             q = torch.zeros(n, vocab, dtype=torch.float32, device=target_logits.device)
@@ -612,7 +630,7 @@ def _relax_v2(sampled, num_sampled, target_logits, draft_logits, draft_sampled, 
     q = torch.cat(q_rows) if q_rows else None
     relaxed_rejection_sample(output, torch.cat(draft_rows), counts, q, torch.cat(target_rows),
                              torch.stack(bonus), rules[:num_reqs], greedy=greedy, method=method,
-                             generators=generators)
+                             generators=generators, default_generator=default)
     num_sampled = num_sampled.clone()
     lenient = torch.tensor([rule is not None for rule in rules[:num_reqs]], device=output.device)
     emitted = (output != -1).sum(dim=1).to(num_sampled.dtype)
