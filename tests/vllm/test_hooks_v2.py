@@ -137,6 +137,11 @@ def test_add_request_records_each_requests_rule_by_state_index(v2):
     assert rules == [sd.Cactus(0.5), sd.Linear(1.0), sd.Linear(0.3), None] and method == "token"
     sampler.add_request(2, _params({"specdiff": {"rule": "tv", "leniency": 0.1}}))  # a new request in state 2
     assert hooks.v2_rules(rejection_sampler, np.array([2]))[0] == [sd.TVBudget(0.1)]
+    sampler.add_request(4, _params({"specdiff": {"rule": "typical", "leniency": 0.09}}))  # epsilon 0.09, delta 0.3
+    sampler.add_request(5, _params({"specdiff_rule": "typical", "specdiff_leniency": "0.2",
+                                    "specdiff_typical_delta": "0.5", "specdiff_gate_top": "0.7"}))
+    assert hooks.v2_rules(rejection_sampler, np.array([4, 5]))[0] == [
+        sd.Typical(0.09, 0.3), sd.Gated(sd.Typical(0.2, 0.5), max_top=0.7)]
     _, block = _engine({"specdiff": {}}, method="block")
     assert hooks.v2_rules(block, np.array([0]))[1] == "block"
 
@@ -200,6 +205,49 @@ def test_the_emitted_law_is_the_relaxed_target(v2, stand_in):
     assert tv <= 0.04 and pvalue >= 1e-4, (tv, pvalue)
     accepted = (num_sampled == 2).double().mean().item()
     assert abs(accepted - float(theory.acceptance_rate(sd.Linear(0.5), p.double(), q.double()))) <= 0.03
+
+
+def test_block_verification_with_draft_logits_follows_the_block_chain(v2, stand_in):
+    """Linear(0.5) per request, rejection_sample_method="block", B = 2 drafted tokens drawn from a real q
+    (V2's draft logits, by request state): the law of the number of accepted drafts over n = 6,000
+    requests is Sun et al.'s block verification on p~ (chain.block_round, averaged over the drafts
+    y ~ q), within TV 0.02 (an exact sampler's expected TV is about 0.4 sqrt(3 / n) = 0.009); token
+    verification's law is more than 0.04 away from it, so the check tells the two apart at lam < 1."""
+    import itertools
+    import sys
+    from pathlib import Path
+
+    from exactness import random_distribution
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    import chain
+
+    n, rule = 6000, sd.Linear(0.5)
+    sampler, rejection_sampler = _engine({"specdiff": {"rule": "linear", "leniency": 0.5}}, max_num_reqs=n, block=2,
+                                         method="block")
+    for i in range(n):
+        sampler.add_request(i, _params())
+    sampler.apply_staged_writes()
+    generator = torch.Generator().manual_seed(4)
+    p = torch.stack([random_distribution(generator, vocab=VOCAB) for _ in range(3)]).float()  # [3, V]: y1, y2, bonus
+    q = torch.stack([random_distribution(generator, vocab=VOCAB) for _ in range(2)]).float()  # [2, V]
+    drafts = torch.stack([torch.multinomial(q[i], n, replacement=True, generator=generator) for i in range(2)], 1)
+    logits = p.log().repeat(n, 1)  # [3n, V]: per request its two drafted positions, then the bonus row
+    draft_logits = q.log().expand(n, 2, VOCAB).contiguous()  # [n, K, V] by request state
+    batch, draft_sampled, pos, logits = _batch(list(range(n)), drafts.tolist(), logits)
+    _, num_sampled = _verify(rejection_sampler, batch, draft_sampled, pos, logits, draft_logits)
+    measured = torch.bincount(num_sampled.long() - 1, minlength=3).double() / n  # [B + 1]: P(tau = i)
+
+    block, token = torch.zeros(3, dtype=torch.float64), torch.zeros(3, dtype=torch.float64)
+    p64, q64 = p.double(), q.double()
+    for ys in itertools.product(range(VOCAB), repeat=2):
+        weight = float(q64[0, ys[0]] * q64[1, ys[1]])
+        p_tilde = torch.stack([chain.relaxed(rule, p64[i], q64[i], ys[i]) for i in range(2)])
+        block += weight * torch.tensor(chain.block_round(p_tilde, q64, list(ys))[0], dtype=torch.float64)
+        a = [min(1.0, float(p_tilde[i, ys[i]] / q64[i, ys[i]])) for i in range(2)]
+        token += weight * torch.tensor([1 - a[0], a[0] * (1 - a[1]), a[0] * a[1]], dtype=torch.float64)
+    assert 0.5 * (block - token).abs().sum().item() > 0.04, (block, token)
+    assert 0.5 * (measured - block).abs().sum().item() <= 0.02, (measured, block, token)
 
 
 def test_a_seeded_lenient_request_is_reproducible(v2, stand_in):

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 
 def register() -> None:
-    """vLLM's general-plugin entry point: install the hooks in this process (idempotent)."""
+    """vLLM's general-plugin entry point: install the pass-through gates in this process (idempotent); the
+    sampling hooks follow when an engine asks for specdiff (`hooks.activate`)."""
     from specdiff.integrations.vllm.hooks import install
 
     install()
