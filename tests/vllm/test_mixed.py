@@ -6,9 +6,9 @@ compared with its exact law, enumerated (chain.chain_law), with the tolerances o
 0.05 and a chi-square p-value >= 1e-4 over n = 6,000 requests; an exact sampler's expected TV is 0.021).
 
 - A seeded Lossless request emits the same tokens alone and in a batch that also holds lenient,
-  unseeded and greedy requests at other temperatures and top-p: the plugin's lenient rows draw from
-  a generator of their own (`hooks.lenient_generator`), never from torch's global one, whose draws
-  vLLM's unseeded rows read.
+  unseeded and greedy requests at other temperatures and top-p; and an unseeded request's draws from
+  torch's global generator are not moved by a lenient batchmate: the plugin's lenient rows draw from
+  a generator of their own (`hooks.lenient_generator`), never from torch's global one.
 - One batch mixes greedy Lossless and greedy Linear(1) requests (checked token by token), sampled
   Lossless at temperature 0.7 and top-p 0.9, Linear(0.5) at temperature 1.3 and Typical(0.09) at
   temperature 1 and top-p 0.8 (each checked against its own chain at its temperature and top-p).
@@ -86,6 +86,22 @@ def test_a_seeded_lossless_request_is_unmoved_by_lenient_and_unseeded_batchmates
         prompts[position] = PROMPTS[0]
         mixed = _run(engine, prompts, params)
         assert mixed[position] == alone, (position, mixed[position], alone)
+
+
+def test_lenient_rows_leave_torchs_global_generator_to_vllm(engine):
+    """An unseeded Lossless request draws from torch's global generator (vLLM's unseeded rows do). Beside it,
+    one request under Linear(0.5) or under Linear(0) (Lossless: no lenient draw), from the same global state:
+    while both run, vLLM draws the same shapes in both batches, so the first request emits the same tokens
+    only if the lenient rows draw from a generator of their own. (With drafts and bonus draws from torch's global
+    generator, as before issue 33, its tokens moved.)"""
+    first = _params(temperature=1.0, max_tokens=10)
+    runs = {}
+    for leniency in (0.0, 0.5, 0.0):  # the second request outlives the first (26 tokens, at most 3 a step)
+        torch.manual_seed(123)
+        rows = _run(engine, [PROMPTS[0], PROMPTS[1]], [first, _params("linear", leniency, max_tokens=26)])
+        runs.setdefault(leniency, []).append(rows[0])
+    assert runs[0.0][0] == runs[0.0][1]  # the same global state: the same tokens
+    assert runs[0.5][0] == runs[0.0][0], runs
 
 
 def _histogram(rows) -> torch.Tensor:
