@@ -201,3 +201,20 @@ def test_block_verification_with_recorded_drafts_refuses_the_rules_verify_does_n
         check_method(setting, "block", probabilistic=False, where="here")  # point mass: defined
         check_method(setting, "token", probabilistic=True, where="here")
     check_method(rule_setting({"rule": "cactus", "leniency": 0.3}, "here"), "block", True, "here")
+
+
+def test_the_version_check_names_the_vllm_extras_range():
+    """hooks.TESTED_VLLM, which the plugin's version check enforces and names, is the [vllm] extra's range."""
+    import re
+    from pathlib import Path
+
+    from specdiff.integrations.vllm import hooks
+
+    pyproject = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
+    extra = re.search(r'^vllm = \["vllm([^"]+)"', pyproject, re.M)
+    assert extra and extra.group(1) == hooks.TESTED_VLLM
+    hooks.check_version("0.32.0+cpu")
+    hooks.check_version("0.32.7.dev3")
+    for untested in ("0.31.2", "0.33.0", "1.0.0", "unknown"):
+        with pytest.raises(hooks.SpecdiffInstallError, match=re.escape(hooks.TESTED_VLLM)):
+            hooks.check_version(untested)
