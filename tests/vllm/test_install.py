@@ -45,11 +45,12 @@ def _engine_args(target, additional_config=None):
 
 @pytest.fixture
 def fresh(monkeypatch):
-    """The sampling patches undone for the test (it patches vLLM first), re-applied afterwards."""
+    """The sampling patches undone for the test (it patches vLLM first), re-applied to vLLM's own functions
+    afterwards."""
     hooks.deactivate()
     yield monkeypatch
+    hooks.deactivate()  # first: the patches of this test wrap what it patched into vLLM
     monkeypatch.undo()
-    hooks.deactivate()
     hooks.activate()
 
 

@@ -88,13 +88,23 @@ def install() -> None:
     The gates are pass-through wrappers that read vLLM's config: `EngineArgs.create_engine_config` (engine
     start, in the process that builds the engine), `WorkerBase.__init__` (every worker, V1 and V2, CPU and
     GPU) and `InputProcessor._validate_params` (each request). Where nothing asks for specdiff (no
-    `additional_config["specdiff"]`, no specdiff proposer, no request naming a rule) they change nothing.
+    `additional_config["specdiff"]`, no specdiff proposer) they change nothing, but refuse a request that
+    names a rule there (rather than run it as Lossless).
     The first engine of a process that asks for specdiff calls `activate`, which checks vLLM's version
     and applies the sampling patches; those act on specdiff's engines only."""
     global _gates
     if _gates:
         return
-    _install_gates()
+    applied: list = []
+    try:
+        _install_gates(applied)
+    except Exception as error:  # noqa: BLE001  (vLLM itself must keep working: undo, and say so)
+        for owner, name, original in reversed(applied):
+            setattr(owner, name, original)
+        log.warning("specdiff: its vLLM plugin could not install its gates on vLLM %s (%s: %s): specdiff's "
+                    "settings are not read in this process. It is written for and tested on vllm%s (the [vllm] "
+                    "extra).", vllm_version(), type(error).__name__, error, TESTED_VLLM)
+        return
     _gates = True
     if cpu_repair_mode() == "always":
         activate_cpu_repair()
@@ -206,7 +216,7 @@ def activate_cpu_repair() -> None:
 # ------------------------------------------------------------------------------------------------
 
 
-def _install_gates() -> None:
+def _install_gates(applied: list) -> None:
     """A bad `specdiff` entry, an untested vLLM or a failing patch fails at engine start
     (EngineArgs.create_engine_config, in the process that builds the engine, and WorkerBase.__init__ in
     each worker); a bad request override, or a rule asked of an engine without specdiff, fails when the
@@ -224,7 +234,7 @@ def _install_gates() -> None:
             activate(config)
         return config
 
-    EngineArgs.create_engine_config = create_engine_config
+    _patch(EngineArgs, "create_engine_config", create_engine_config, applied)
 
     worker_init = WorkerBase.__init__
     worker_signature = _expect(worker_init, ("vllm_config",), "vllm.v1.worker.worker_base.WorkerBase.__init__")
@@ -236,7 +246,7 @@ def _install_gates() -> None:
             check_engine(config)
             activate(config)
 
-    WorkerBase.__init__ = __init__
+    _patch(WorkerBase, "__init__", __init__, applied)
 
     from vllm.exceptions import VLLMValidationError
 
@@ -268,7 +278,7 @@ def _install_gates() -> None:
                 raise SpecdiffRequestError(str(error)) from None
         return validate(self, params, *args, **kwargs)
 
-    InputProcessor._validate_params = _validate_params
+    _patch(InputProcessor, "_validate_params", _validate_params, applied)
 
 
 def check_engine(vllm_config) -> None:
