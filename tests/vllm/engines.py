@@ -106,7 +106,13 @@ def main(spec_path: str) -> None:
                             use_tqdm=False)
         except Exception as error:  # noqa: BLE001
             refused = f"{type(error).__name__}: {error}"
-        print("RESULT " + json.dumps({"plain": plain, "greedy": greedy, "refused": refused,
+        from vllm.v1.sample import rejection_sampler as v1
+        from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+        functions = {"rejection_sample": v1.rejection_sample, "expand_batch_to_tokens": v1.expand_batch_to_tokens,
+                     "GPUModelRunner._sample": GPUModelRunner._sample}
+        patched = sorted(name for name, function in functions.items() if function.__module__.startswith("specdiff"))
+        print("RESULT " + json.dumps({"plain": plain, "greedy": greedy, "refused": refused, "patched": patched,
                                       "accepted": after["accepted"] - before["accepted"],
                                       "drafted": after["draft_tokens"] - before["draft_tokens"],
                                       "gates": getattr(hooks, "_gates", None),

