@@ -3,7 +3,9 @@
 Also runnable as a script, for the engine without specdiff's plugin: `VLLM_PLUGINS=none python
 engines.py SPEC.json` prints, as JSON, the greedy tokens of spec decoding and the sampled tokens of
 plain decoding for the prompts in SPEC.json (or, where SPEC.json names `speculative_configs`, the
-greedy tokens of each of them)."""
+greedy tokens of each of them; where it names `seeded`, what engines that do not ask for specdiff emit,
+with or without the plugin: seeded sampled tokens of plain decoding, greedy tokens and the acceptance
+of seeded sampled requests under draft_model spec decoding)."""
 from __future__ import annotations
 
 import json
@@ -82,6 +84,40 @@ def main(spec_path: str) -> None:
     from vllm import SamplingParams
 
     spec = json.loads(open(spec_path).read())
+    if "seeded" in spec:  # on engines that do not ask for specdiff, with or without the plugin loaded
+        from specdiff.integrations.vllm import hooks
+
+        prompts = [{"prompt_token_ids": list(spec["prompt"])}] * len(spec["seeded"])
+        params = [SamplingParams(temperature=t, top_p=p, max_tokens=spec["length"], ignore_eos=True, seed=seed)
+                  for seed, (t, p) in enumerate(spec["seeded"])]
+        engine = llm(spec["target"])  # plain sampling
+        plain = [list(o.outputs[0].token_ids) for o in engine.generate(prompts, params, use_tqdm=False)]
+        del engine
+        engine = llm(spec["target"], draft_model(spec["draft"]))  # draft_model spec decoding
+        greedy, _ = generate(engine, [spec["prompt"]] * 2, SamplingParams(temperature=0, max_tokens=spec["length"],
+                                                                          ignore_eos=True))
+        before = counters(engine)
+        engine.generate(prompts, params, use_tqdm=False)
+        after = counters(engine)
+        refused = None
+        try:  # a request that asks an engine without specdiff for a rule
+            engine.generate(prompts[:1], SamplingParams(max_tokens=2, extra_args={"specdiff": {"rule": "linear",
+                                                                                               "leniency": 1.0}}),
+                            use_tqdm=False)
+        except Exception as error:  # noqa: BLE001
+            refused = f"{type(error).__name__}: {error}"
+        from vllm.v1.sample import rejection_sampler as v1
+        from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+        functions = {"rejection_sample": v1.rejection_sample, "expand_batch_to_tokens": v1.expand_batch_to_tokens,
+                     "GPUModelRunner._sample": GPUModelRunner._sample}
+        patched = sorted(name for name, function in functions.items() if function.__module__.startswith("specdiff"))
+        print("RESULT " + json.dumps({"plain": plain, "greedy": greedy, "refused": refused, "patched": patched,
+                                      "accepted": after["accepted"] - before["accepted"],
+                                      "drafted": after["draft_tokens"] - before["draft_tokens"],
+                                      "gates": getattr(hooks, "_gates", None),
+                                      "active": getattr(hooks, "_active", None)}), flush=True)
+        return
     if "speculative_configs" in spec:  # greedy spec-decode tokens of each method, without the plugin
         greedy = {}
         for name, speculative_config in spec["speculative_configs"].items():

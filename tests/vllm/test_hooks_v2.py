@@ -39,6 +39,7 @@ def v2(request):
     from vllm.v1.worker.gpu import buffer_utils
 
     register()
+    hooks.activate()  # what the first engine that asks for specdiff does (WorkerBase.__init__'s gate)
     patch = pytest.MonkeyPatch()
     patch.setattr(buffer_utils, "is_uva_available", lambda: False)
     from vllm.v1.worker.gpu.spec_decode import rejection_sampler
@@ -136,7 +137,12 @@ def test_add_request_records_each_requests_rule_by_state_index(v2):
     assert rules == [sd.Cactus(0.5), sd.Linear(1.0), sd.Linear(0.3), None] and method == "token"
     sampler.add_request(2, _params({"specdiff": {"rule": "tv", "leniency": 0.1}}))  # a new request in state 2
     assert hooks.v2_rules(rejection_sampler, np.array([2]))[0] == [sd.TVBudget(0.1)]
-    _, block = _engine({}, method="block")
+    sampler.add_request(4, _params({"specdiff": {"rule": "typical", "leniency": 0.09}}))  # epsilon 0.09, delta 0.3
+    sampler.add_request(5, _params({"specdiff_rule": "typical", "specdiff_leniency": "0.2",
+                                    "specdiff_typical_delta": "0.5", "specdiff_gate_top": "0.7"}))
+    assert hooks.v2_rules(rejection_sampler, np.array([4, 5]))[0] == [
+        sd.Typical(0.09, 0.3), sd.Gated(sd.Typical(0.2, 0.5), max_top=0.7)]
+    _, block = _engine({"specdiff": {}}, method="block")
     assert hooks.v2_rules(block, np.array([0]))[1] == "block"
 
 
@@ -160,7 +166,7 @@ def test_verification_takes_each_requests_rule(v2, stand_in, chunk):
 
 
 def test_every_row_lossless_is_vllms_result(v2, stand_in):
-    sampler, rejection_sampler = _engine({})
+    sampler, rejection_sampler = _engine({"specdiff": {}})
     sampler.add_request(0, _params())
     sampler.add_request(1, _params({"specdiff": {"rule": "linear", "leniency": 0.0}}))  # Linear(0) is Lossless
     sampler.apply_staged_writes()
@@ -179,7 +185,7 @@ def test_the_emitted_law_is_the_relaxed_target(v2, stand_in):
     from specdiff import theory
 
     n = 6000
-    sampler, rejection_sampler = _engine({}, max_num_reqs=n, block=1)
+    sampler, rejection_sampler = _engine({"specdiff": {}}, max_num_reqs=n, block=1)
     for i in range(n):
         sampler.add_request(i, _params({"specdiff": {"rule": "linear", "leniency": 0.5}}))
     sampler.apply_staged_writes()
@@ -201,8 +207,51 @@ def test_the_emitted_law_is_the_relaxed_target(v2, stand_in):
     assert abs(accepted - float(theory.acceptance_rate(sd.Linear(0.5), p.double(), q.double()))) <= 0.03
 
 
+def test_block_verification_with_draft_logits_follows_the_block_chain(v2, stand_in):
+    """Linear(0.5) per request, rejection_sample_method="block", B = 2 drafted tokens drawn from a real q
+    (V2's draft logits, by request state): the law of the number of accepted drafts over n = 6,000
+    requests is Sun et al.'s block verification on p~ (chain.block_round, averaged over the drafts
+    y ~ q), within TV 0.02 (an exact sampler's expected TV is about 0.4 sqrt(3 / n) = 0.009); token
+    verification's law is more than 0.04 away from it, so the check tells the two apart at lam < 1."""
+    import itertools
+    import sys
+    from pathlib import Path
+
+    from exactness import random_distribution
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    import chain
+
+    n, rule = 6000, sd.Linear(0.5)
+    sampler, rejection_sampler = _engine({"specdiff": {"rule": "linear", "leniency": 0.5}}, max_num_reqs=n, block=2,
+                                         method="block")
+    for i in range(n):
+        sampler.add_request(i, _params())
+    sampler.apply_staged_writes()
+    generator = torch.Generator().manual_seed(4)
+    p = torch.stack([random_distribution(generator, vocab=VOCAB) for _ in range(3)]).float()  # [3, V]: y1, y2, bonus
+    q = torch.stack([random_distribution(generator, vocab=VOCAB) for _ in range(2)]).float()  # [2, V]
+    drafts = torch.stack([torch.multinomial(q[i], n, replacement=True, generator=generator) for i in range(2)], 1)
+    logits = p.log().repeat(n, 1)  # [3n, V]: per request its two drafted positions, then the bonus row
+    draft_logits = q.log().expand(n, 2, VOCAB).contiguous()  # [n, K, V] by request state
+    batch, draft_sampled, pos, logits = _batch(list(range(n)), drafts.tolist(), logits)
+    _, num_sampled = _verify(rejection_sampler, batch, draft_sampled, pos, logits, draft_logits)
+    measured = torch.bincount(num_sampled.long() - 1, minlength=3).double() / n  # [B + 1]: P(tau = i)
+
+    block, token = torch.zeros(3, dtype=torch.float64), torch.zeros(3, dtype=torch.float64)
+    p64, q64 = p.double(), q.double()
+    for ys in itertools.product(range(VOCAB), repeat=2):
+        weight = float(q64[0, ys[0]] * q64[1, ys[1]])
+        p_tilde = torch.stack([chain.relaxed(rule, p64[i], q64[i], ys[i]) for i in range(2)])
+        block += weight * torch.tensor(chain.block_round(p_tilde, q64, list(ys))[0], dtype=torch.float64)
+        a = [min(1.0, float(p_tilde[i, ys[i]] / q64[i, ys[i]])) for i in range(2)]
+        token += weight * torch.tensor([1 - a[0], a[0] * (1 - a[1]), a[0] * a[1]], dtype=torch.float64)
+    assert 0.5 * (block - token).abs().sum().item() > 0.04, (block, token)
+    assert 0.5 * (measured - block).abs().sum().item() <= 0.02, (measured, block, token)
+
+
 def test_a_seeded_lenient_request_is_reproducible(v2, stand_in):
-    sampler, rejection_sampler = _engine({})
+    sampler, rejection_sampler = _engine({"specdiff": {}})
     sampler.add_request(0, _params({"specdiff": {"rule": "linear", "leniency": 0.5}}, seed=7))
     sampler.apply_staged_writes()
     logits = torch.randn(3, VOCAB)
@@ -237,8 +286,22 @@ def test_draft_logits_are_read_by_request_state():
     assert out[0, :2].tolist() == [4, 5] and out[1, 0].item() == 1 and num.tolist() == [3, 2]
 
 
-def test_a_smaller_draft_vocabulary_gives_q_zero_beyond_it():
-    """V2 reads min(V, V') entries where the draft's vocabulary V' is smaller: q is 0 beyond it."""
+def test_a_smaller_draft_vocabulary_gives_q_zero_beyond_it(monkeypatch):
+    """V2 reads min(V, V') entries where the draft's vocabulary V' is smaller: q is 0 beyond it. The q that
+    reaches the verification ([N, V], N = 3 drafted rows) is read back: softmax(draft logits / T) over the
+    first V' = 4 tokens (uniform here, T = 1), exactly 0 over tokens 4 and 5."""
+    seen = {}
+
+    def spy(output, draft_token_ids, num_draft_tokens, draft_probs, *args, **kwargs):
+        seen["q"] = draft_probs.clone()
+        return hooks_sampling(output, draft_token_ids, num_draft_tokens, draft_probs, *args, **kwargs)
+
+    hooks_sampling = hooks.relaxed_rejection_sample
+    monkeypatch.setattr(hooks, "relaxed_rejection_sample", spy)
     draft_logits = torch.zeros(2, 2, 4)  # V' = 4 < V = 6: uniform over tokens 0..3
     out, num = _relax_v2(*_inputs(draft_logits), rules=[sd.Linear(1.0), sd.Linear(1.0)], method="token")
     assert out.shape == (2, 3) and int(num[1]) >= 1
+    q = seen["q"]  # [3, 6]: request 0's two drafted rows, request 1's one
+    assert q.shape == (3, VOCAB)
+    assert bool((q[:, 4:] == 0).all()), q
+    assert torch.allclose(q[:, :4], torch.full((3, 4), 0.25)), q

@@ -94,7 +94,7 @@ def test_plugin_is_loaded_by_vllm(engine):
     from specdiff.integrations.vllm import hooks
     from vllm.v1.sample import rejection_sampler
 
-    assert hooks._installed
+    assert hooks._gates and hooks._active
     assert rejection_sampler.rejection_sample.__module__ == hooks.__name__
 
 

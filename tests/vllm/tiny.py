@@ -38,6 +38,17 @@ def pair(root: Path, vocab: int = 8, logit_scale: float = 1.5, seed: int = 0) ->
     return paths
 
 
+def self_pair(root: Path, vocab: int = 8, logit_scale: float = 5.0, seed: int = 0) -> tuple[Path, Path]:
+    """A 2-layer target of peaked logits and, as its draft, a saved copy of it (draft_model needs a checkpoint
+    of its own): greedy drafts are the target's argmax, so Lossless accepts a draft with the target's top-1
+    mass (~0.8 at logit scale 5), and a verifier that reads a wrong target accepts visibly less."""
+    target = qwen3(vocab, 2, seed, logit_scale)
+    paths = root / "target", root / "draft"
+    for path in paths:
+        target.save_pretrained(path)
+    return paths
+
+
 def masked_drafter(root: Path, target_path: Path, vocab: int = 8, role: str = "masked-drafter") -> Path:
     """A Dream-style masked diffusion drafter (bidirectional, shifted logits, mask id vocab - 1) that
     starts from the target's weights, saved under root with specdiff's zoo role (masked-drafter, or

@@ -2,9 +2,11 @@
 as a vLLM proposer. See docs/vllm.md.
 
 - `register`: the plugin, the `vllm.general_plugins` entry point `specdiff` (pyproject.toml), which
-  vLLM calls in every one of its processes. It installs `hooks.install` and nothing else; settings
-  come from `additional_config={"specdiff": {"rule": "linear", "leniency": 0.2}}` and a request's
-  `SamplingParams(extra_args={"specdiff": {...}})` (`settings`).
+  vLLM calls in every one of its processes. It runs `hooks.install`, which puts pass-through gates in
+  place; the sampling hooks are applied (`hooks.activate`, after a check of vLLM's version) only
+  when an engine asks for specdiff: `additional_config={"specdiff": {...}}` (for instance
+  `{"rule": "linear", "leniency": 0.2}`) or specdiff's proposer. Requests choose their rule in
+  `SamplingParams(extra_args={"specdiff": {...}})` (`settings`). Other engines run as plain vLLM.
 - `DiffusionProposer`: a `speculative_config={"method": "custom_class", "model":
   "specdiff.integrations.vllm.DiffusionProposer", ...}` proposer running specdiff's masked and
   block diffusion drafters (`proposer`).
@@ -16,7 +18,8 @@ from __future__ import annotations
 
 
 def register() -> None:
-    """vLLM's general-plugin entry point: install the hooks in this process (idempotent)."""
+    """vLLM's general-plugin entry point: install the pass-through gates in this process (idempotent); the
+    sampling hooks follow when an engine asks for specdiff (`hooks.activate`)."""
     from specdiff.integrations.vllm.hooks import install
 
     install()

@@ -19,8 +19,10 @@ sampled it:
   verify's own bonus draw returns it.
 
 Rows are grouped by (rule, n_r) and verified in one batched call per group; a request with its own
-seeded torch.Generator is verified alone with it. A request whose drafts hold vLLM's placeholder -1
-(drafts vLLM marks for rejection) keeps vLLM's own result.
+seeded torch.Generator is verified alone with it, the others with `default_generator` (the plugin
+passes a generator of its own, so that lenient rows never move torch's global generator, from which
+vLLM draws its unseeded rows). A request whose drafts hold vLLM's placeholder -1 (drafts vLLM marks
+for rejection) keeps vLLM's own result.
 """
 from __future__ import annotations
 
@@ -43,6 +45,7 @@ def relaxed_rejection_sample(
     method: str = "token",  # or "block"
     generators: dict | None = None,  # {row: torch.Generator} seeded requests
     inputs: str = "logits",
+    default_generator: torch.Generator | None = None,  # every other lenient row's; None: torch's global one
 ) -> torch.Tensor:
     """Overwrite the lenient requests' rows of vLLM's rejection-sampling output; returns `output`.
 
@@ -82,7 +85,7 @@ def relaxed_rejection_sample(
         if rows_inputs == "logits":
             bonus_row = bonus_row.log()
         p = torch.cat([p, bonus_row.to(p.dtype)], dim=1)  # [g, n + 1, V]
-        generator = generators.get(alone) if alone is not None else None
+        generator = generators.get(alone) if alone is not None else default_generator
         result = verify(tokens, q, p, rule=rule, method=method, generator=generator, inputs=rows_inputs,
                         validate=False)
         index = torch.tensor(rows, device=output.device)
