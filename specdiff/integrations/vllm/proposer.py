@@ -13,7 +13,7 @@ with confidence threshold tau), returning B = num_speculative_tokens drafted tok
 
 Its drafts carry no probabilities, so vLLM verifies them against a point mass on each drafted token
 (`draft_probs=None`): accept y with probability p~(y), and on a rejection draw from p~ without y.
-That is always exact (DESIGN.md, Exactness), whatever the unmasking order or effort; under a lenient
+That is always exact (docs/architecture.md, Exactness), whatever the unmasking order or effort; under a lenient
 rule of the plugin it is the relaxed chain with point-mass q.
 
 additional_config["specdiff"] keys read here (settings.PROPOSER_KEYS): `drafter` (a local checkpoint
