@@ -146,3 +146,11 @@ def test_the_shipped_prompt_files_are_disjoint_and_cover_five_kinds():
         counted = {kind: sum(p.meta["kind"] == kind for p in problems) for kind in kinds}
         assert counted == {kind: per_kind for kind in kinds} and len(problems) == 5 * per_kind
     assert not {p.question for p in validation} & {p.question for p in test}
+
+
+def test_tuning_picks_the_fastest_and_breaks_near_ties_by_tokens_per_round():
+    rows = [{"name": "a", "tokens_per_s": 100.0, "tokens_per_round": 1.5},
+            {"name": "b", "tokens_per_s": 99.0, "tokens_per_round": 2.5},  # within TIE_TOLERANCE: tied, longer rounds
+            {"name": "c", "tokens_per_s": 90.0, "tokens_per_round": 4.0}]  # slower: never chosen for its rounds
+    assert real_bench.choose(rows)["name"] == "b"
+    assert real_bench.choose(rows[::2])["name"] == "a"
