@@ -75,13 +75,15 @@ def drafter_references(values: list[str] | None) -> dict[str, str]:
 
 def register(targets) -> None:
     speedup = targets.add_parser(
-        "speedup", help="speculative diffusion vs plain, HF and HF-assisted decoding on the testbed (JSON)",
+        "speedup", help="speculative diffusion vs plain, HF and HF-assisted decoding on the testbed or a real "
+                        "verifier (JSON)",
         description="Tokens/s of lossless speculative diffusion against plain and assisted decoding, side by side.")
     speedup.add_argument("--json", action="store_true", help="print only the JSON result")
     speedup.add_argument("--problems", type=positive_int, default=100,
                          help="arith test problems (a real verifier: --prompts-file prompts) measured (default 100)")
     speedup.add_argument("--tune-problems", type=positive_int, default=None,
-                         help="validation problems for tuning (default 20; a real verifier: all its validation prompts)")
+                         help="validation problems for tuning (default 20; a real verifier: all of its validation "
+                              "prompts)")
     speedup.add_argument("--repeats", type=positive_int, default=3, help="interleaved measurement rounds (default 3)")
     speedup.add_argument("--max-new-tokens", type=positive_int, default=96)
     speedup.add_argument("--threads", type=positive_int, default=None,
@@ -127,7 +129,8 @@ def register(targets) -> None:
                       help="a full-vocabulary causal LM drafter: adds transformers' assisted generation as a row")
     real.add_argument("--temperature", type=float, default=None, help="sample at this temperature (default: greedy)")
     real.add_argument("--top-p", type=float, default=None, help="with --temperature: top-p (default: the verifier's)")
-    real.add_argument("--top-k", type=int, default=None, help="with --temperature: top-k, 0 off (default: the verifier's)")
+    real.add_argument("--top-k", type=int, default=None,
+                      help="with --temperature: top-k, 0 off (default: the verifier's)")
     real.add_argument("--tune-max-new-tokens", type=positive_int, default=None,
                       help="max new tokens of each validation prompt while tuning (default 48)")
     real.add_argument("--tune-repeats", type=positive_int, default=None,
@@ -208,9 +211,9 @@ def _run_real(args) -> int:
         hf_lookup_tokens=args.hf_lookup_tokens, tune_max_new_tokens=args.tune_max_new_tokens,
         tune_repeats=args.tune_repeats).items() if value is not None}
     settings = real_bench.Settings(
-        verifier=args.verifier, prompts_file=args.prompts_file, problems=args.problems, first_problem=args.first_problem,
-        repeats=args.repeats, max_new_tokens=args.max_new_tokens, seed=args.seed, sampling=sampling,
-        drafters=args.drafters, hf_assistant=args.hf_assistant, **given)
+        verifier=args.verifier, prompts_file=args.prompts_file, problems=args.problems,
+        first_problem=args.first_problem, repeats=args.repeats, max_new_tokens=args.max_new_tokens, seed=args.seed,
+        sampling=sampling, drafters=args.drafters, hf_assistant=args.hf_assistant, **given)
     say = (lambda *a: None) if args.json else (lambda *a: print(*a, flush=True))
     print(json.dumps(real_bench.run(settings, say), indent=1))
     return 0

@@ -212,8 +212,9 @@ def measure(methods: dict, prompts: list[Prompt], max_new_tokens: int, repeats: 
             records[name].append({"ids": first["ids"], "rounds": first["rounds"], "accepted": first["accepted"],
                                   "seconds": statistics.median(r["seconds"] for r in runs[name]),
                                   "cpu_s": statistics.median(r["cpu_s"] for r in runs[name])})
-        say(f"{phase} prompt {i + 1}/{len(prompts)} ({prompt.kind or 'no kind'}): " + ", ".join(
-            f"{name} {len(records[name][-1]['ids']) / records[name][-1]['seconds']:.1f}" for name in names) + " tokens/s")
+        rates = ", ".join(f"{name} {len(records[name][-1]['ids']) / records[name][-1]['seconds']:.1f}"
+                          for name in names)
+        say(f"{phase} prompt {i + 1}/{len(prompts)} ({prompt.kind or 'no kind'}): {rates} tokens/s")
     return records
 
 
@@ -267,7 +268,8 @@ def candidates(kind: str, reference: str, settings: Settings) -> list:
             configs += [RunConfig(f"lookup B={block} n={n}", extra={"max_ngram": n}, **common)
                         for n in settings.lookup_ngrams]
         elif "steps" in EFFORT.get(kind, ()):
-            configs += [RunConfig(describe(kind, k, None, block), steps=k, **common) for k in settings.steps if k <= block]
+            configs += [RunConfig(describe(kind, k, None, block), steps=k, **common)
+                        for k in settings.steps if k <= block]
         else:
             configs.append(RunConfig(describe(kind, 1, None, block), **common))
     return configs
