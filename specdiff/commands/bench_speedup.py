@@ -1,5 +1,9 @@
 """`specdiff bench speedup`: speculative diffusion against plain and assisted decoding, measured
-side by side in one run on the shipped testbed.
+side by side in one run on the shipped testbed; with a real verifier (`--verifier NAME|PATH`, a fetched
+or local checkpoint) the real-prompt bench of `specdiff.runs.real_bench` instead: specdiff's plain
+decoding, HF generate, HF prompt lookup, HF assisted generation (`--hf-assistant`) and each specdiff
+drafter of `--drafters` (default lookup), tuned on the bench's validation prompts, measured on
+`--prompts-file`. What follows is the testbed's bench.
 
 1. Tuning, on validation problems only: the best (K, B, prefix cache) of a grid for the
    masked drafter (lossless, marginal proposal) and the best B for the AR drafter, by tokens/s;
@@ -71,24 +75,30 @@ def drafter_references(values: list[str] | None) -> dict[str, str]:
 
 def register(targets) -> None:
     speedup = targets.add_parser(
-        "speedup", help="speculative diffusion vs plain, HF and HF-assisted decoding on the testbed (JSON)",
+        "speedup", help="speculative diffusion vs plain, HF and HF-assisted decoding on the testbed or a real "
+                        "verifier (JSON)",
         description="Tokens/s of lossless speculative diffusion against plain and assisted decoding, side by side.")
     speedup.add_argument("--json", action="store_true", help="print only the JSON result")
-    speedup.add_argument("--problems", type=positive_int, default=100, help="arith test problems measured (default 100)")
-    speedup.add_argument("--tune-problems", type=positive_int, default=20, help="validation problems for tuning (default 20)")
+    speedup.add_argument("--problems", type=positive_int, default=100,
+                         help="arith test problems (a real verifier: --prompts-file prompts) measured (default 100)")
+    speedup.add_argument("--tune-problems", type=positive_int, default=None,
+                         help="validation problems for tuning (default 20; a real verifier: all of its validation "
+                              "prompts)")
     speedup.add_argument("--repeats", type=positive_int, default=3, help="interleaved measurement rounds (default 3)")
     speedup.add_argument("--max-new-tokens", type=positive_int, default=96)
-    speedup.add_argument("--threads", type=positive_int, default=1,
+    speedup.add_argument("--threads", type=positive_int, default=None,
                          help="torch threads (default 1: batch-1 decoding of the tiny testbed is bound by per-op "
-                              "overhead, which a second thread does not cut)")
+                              "overhead, which a second thread does not cut; 2 for a real verifier)")
     speedup.add_argument("--steps", type=positive_int, nargs="+", default=[1, 2, 4, 6, 8], help="K grid (default 1 2 4 6 8)")
-    speedup.add_argument("--blocks", type=positive_int, nargs="+", default=[8, 12, 16], help="B grid (default 8 12 16)")
+    speedup.add_argument("--blocks", type=positive_int, nargs="+", default=None,
+                         help="B grid (default 8 12 16; a real verifier: 4 8 12 16)")
     speedup.add_argument("--caches", nargs="+", default=["off", "round", "persistent"],
                          choices=["off", "round", "persistent"], help="masked drafter prefix caches in the grid")
     speedup.add_argument("--drafters", action="append", default=None, metavar="KIND[,KIND...]",
                          help="drafter kinds measured side by side: masked, ar (always), uniform, block, dflash, "
                               "each its zoo model; a zoo name or a trained checkpoint's folder also works "
-                              "(comma-separated or repeated)")
+                              "(comma-separated or repeated). A real verifier: lookup (default) and drafters "
+                              "that fit its vocabulary")
     speedup.add_argument("--block-steps", type=positive_int, nargs="+", default=[2, 4, 8],
                          help="block drafter: K grid (default 2 4 8)")
     speedup.add_argument("--block-taus", type=threshold, nargs="+", default=[0.7, 0.9],
@@ -108,10 +118,46 @@ def register(targets) -> None:
     speedup.add_argument("--seed", type=int, default=0)
     speedup.add_argument("--first-problem", type=nonnegative_int, default=0,
                          help="measure test problems [first, first + problems): re-measure on other problems")
+    real = speedup.add_argument_group("a real verifier (specdiff.runs.real_bench)")
+    real.add_argument("--verifier", default="verifier",
+                      help="the testbed's verifier (default), or a real one: a fetched name (specdiff models list) "
+                           "or a local checkpoint folder")
+    real.add_argument("--prompts-file", default=None, help="JSONL prompts measured ({\"messages\"} or {\"prompt\"} "
+                      "per line, a \"kind\" key grouped in the report; default: the shipped real_test.jsonl); "
+                      "never used for tuning")
+    real.add_argument("--hf-assistant", default=None, metavar="PATH",
+                      help="a full-vocabulary causal LM drafter: adds transformers' assisted generation as a row")
+    real.add_argument("--temperature", type=float, default=None, help="sample at this temperature (default: greedy)")
+    real.add_argument("--top-p", type=float, default=None, help="with --temperature: top-p (default: the verifier's)")
+    real.add_argument("--top-k", type=int, default=None,
+                      help="with --temperature: top-k, 0 off (default: the verifier's)")
+    real.add_argument("--tune-max-new-tokens", type=positive_int, default=None,
+                      help="max new tokens of each validation prompt while tuning (default 48)")
+    real.add_argument("--tune-repeats", type=positive_int, default=None,
+                      help="interleaved repeats of each validation prompt while tuning (default 1)")
+    real.add_argument("--lookup-ngrams", type=positive_int, nargs="+", default=None,
+                      help="prompt lookup drafter: longest n-gram grid (default 2 3)")
+    real.add_argument("--hf-lookup-tokens", type=positive_int, nargs="+", default=None,
+                      help="HF prompt lookup: prompt_lookup_num_tokens grid (default 3 5 10)")
     speedup.set_defaults(handler=run)
 
 
+REAL_ONLY = ("prompts_file", "hf_assistant", "temperature", "top_p", "top_k", "tune_max_new_tokens", "tune_repeats",
+             "lookup_ngrams", "hf_lookup_tokens")
+
+
 def run(args) -> int:
+    from specdiff import models
+
+    if models.is_real(args.verifier):
+        return _run_real(args)
+    given = [name for name in REAL_ONLY if getattr(args, name) is not None]
+    if given:
+        raise ValueError(f"--{given[0].replace('_', '-')} applies to a real verifier (--verifier NAME|PATH), "
+                         "not to the testbed's")
+    args.threads = 1 if args.threads is None else args.threads
+    args.tune_problems = 20 if args.tune_problems is None else args.tune_problems
+    args.blocks = [8, 12, 16] if args.blocks is None else args.blocks
     import torch
 
     from specdiff.runs.model_cache import quiet_transformers
@@ -147,6 +193,29 @@ def run(args) -> int:
     result.update(_adaptive_report(runs, result, adaptive, adaptive_grid))
     result["kinds"] = _kinds(runs, result, best, best_ar, references, others, others_adaptive)
     print(json.dumps(result, indent=1))
+    return 0
+
+
+def _run_real(args) -> int:
+    """The real-verifier bench: flags -> `real_bench.Settings`, its report printed as JSON."""
+    from specdiff.commands.generate import sampling_of
+    from specdiff.runs import real_bench
+
+    sampling = sampling_of(args)
+    if not sampling.get("temperature"):
+        if set(sampling) - {"temperature"}:
+            raise ValueError("--top-p and --top-k apply to a sampled run: give --temperature T > 0 (default greedy)")
+        sampling = {"temperature": 0.0}
+    given = {key: value for key, value in dict(
+        tune_problems=args.tune_problems, threads=args.threads, blocks=args.blocks, lookup_ngrams=args.lookup_ngrams,
+        hf_lookup_tokens=args.hf_lookup_tokens, tune_max_new_tokens=args.tune_max_new_tokens,
+        tune_repeats=args.tune_repeats).items() if value is not None}
+    settings = real_bench.Settings(
+        verifier=args.verifier, prompts_file=args.prompts_file, problems=args.problems,
+        first_problem=args.first_problem, repeats=args.repeats, max_new_tokens=args.max_new_tokens, seed=args.seed,
+        sampling=sampling, drafters=args.drafters, hf_assistant=args.hf_assistant, **given)
+    say = (lambda *a: None) if args.json else (lambda *a: print(*a, flush=True))
+    print(json.dumps(real_bench.run(settings, say), indent=1))
     return 0
 
 

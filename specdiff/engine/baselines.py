@@ -3,8 +3,9 @@
 - `autoregressive_generate`: plain decoding of the verifier with its KV cache, one token per
   forward, the minimal loop (prefill, then sample and feed one token at a time), with the same
   sampling code (`lm.sampling`) as the speculative engine, so that neither side gains from it;
-- `hf_generate`: Hugging Face `generate(do_sample=True)`, optionally with `assistant_model=`
-  (transformers' assisted generation, its speculative decoding), one prompt at a time.
+- `hf_generate`: Hugging Face `generate(do_sample=True)` (greedy, `do_sample=False`, at temperature 0),
+  optionally with `assistant_model=` (transformers' assisted generation, its speculative decoding) or
+  `prompt_lookup_num_tokens=` (its prompt lookup decoding), one prompt at a time.
 
 Both return (token_ids per row, wall seconds), token ids ending with EOS if emitted.
 """
@@ -53,9 +54,11 @@ def autoregressive_generate(model, rows: list[list[int]], max_new_tokens: int, e
 
 @torch.inference_mode()
 def hf_generate(model, rows: list[list[int]], max_new_tokens: int, eos_token_ids: set[int], temperature: float,
-                top_p: float, top_k: int, assistant_model=None, seed: int = 0):
-    """transformers' generate(do_sample=True), one prompt at a time (assisted generation takes batch 1).
-    Returns (ids per row, seconds)."""
+                top_p: float, top_k: int, assistant_model=None, seed: int = 0,
+                prompt_lookup_num_tokens: int | None = None):
+    """transformers' generate(do_sample=True), or generate(do_sample=False) at temperature 0 (greedy), one
+    prompt at a time (assisted generation takes batch 1); with assistant_model or prompt_lookup_num_tokens,
+    transformers' assisted generation or prompt lookup decoding. Returns (ids per row, seconds)."""
     device = next(model.parameters()).device
     outputs = []
     torch.manual_seed(seed)
@@ -63,8 +66,13 @@ def hf_generate(model, rows: list[list[int]], max_new_tokens: int, eos_token_ids
     for row in rows:
         ids = torch.tensor([row], device=device)
         kwargs = {} if assistant_model is None else {"assistant_model": assistant_model}
+        if prompt_lookup_num_tokens is not None:
+            kwargs["prompt_lookup_num_tokens"] = int(prompt_lookup_num_tokens)
+        if temperature == 0:  # greedy; the checkpoint's own sampling settings are switched off with it
+            kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+        else:
+            kwargs.update(do_sample=True, temperature=temperature, top_p=top_p, top_k=top_k)
         out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
-                             do_sample=True, temperature=temperature, top_p=top_p, top_k=top_k,
                              eos_token_id=sorted(eos_token_ids), pad_token_id=model.config.pad_token_id, **kwargs)
         new = out[0, len(row):].tolist()
         cut = next((i + 1 for i, token in enumerate(new) if token in eos_token_ids), len(new))

@@ -8,8 +8,9 @@ defaults (the zoo's `configs.SAMPLING`, applied by the loader):
 - uniform: K steps (no threshold);
 - dflash: no effort knob: one step;
 - ar: no effort knob: one token per forward;
-- lookup: `sd.PromptLookupDrafter`, no model and no effort knob; fits any verifier, and is the default
-  drafter of a real verifier that has no drafter of its own (`default_drafter`).
+- lookup: `sd.PromptLookupDrafter`, no model and no effort knob (its n-gram sizes, `LOOKUP_KEYS`, come from
+  `RunConfig.extra`); fits any verifier, and is the default drafter of a real verifier that has no drafter
+  of its own (`default_drafter`).
 `resolve` turns a kind, a zoo name or a local checkpoint into (kind, model reference); `require_weights`
 refuses a zoo model that is not trained yet, naming the command that trains it.
 """
@@ -24,6 +25,7 @@ EFFORT = {  # which effort knobs a kind takes (RunConfig fields)
     "masked": ("steps", "threshold"), "block": ("steps", "threshold"), "uniform": ("steps",),
     "dflash": (), "ar": (), "lookup": (),
 }
+LOOKUP_KEYS = ("max_ngram", "min_ngram", "max_draft")  # `sd.PromptLookupDrafter`'s knobs (RunConfig.extra)
 
 
 def default_drafter(verifier: str) -> str:
@@ -96,6 +98,8 @@ def drafter_options(kind: str, config) -> dict:
             options["prefix_cache"] = config.prefix_cache
     elif kind == "uniform":
         options = dict(steps=config.steps)
+    elif kind == "lookup":  # its n-gram sizes and longest draft, from RunConfig.extra
+        options = {key: config.extra[key] for key in LOOKUP_KEYS if key in config.extra}
     if config.order is not None and kind in ("masked", "block", "uniform"):
         options["order"] = config.order
     return options

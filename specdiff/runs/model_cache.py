@@ -19,8 +19,10 @@ class ModelCache:
         from specdiff import models
 
         if role == "drafter":
-            if name == models.LOOKUP:  # no model to load
-                return models.load(name, role="drafter")
+            if name == models.LOOKUP:  # no model to load; its n-gram knobs are its only options
+                from specdiff.runs.kinds import LOOKUP_KEYS
+
+                return models.load(name, role="drafter", **{k: v for k, v in options.items() if k in LOOKUP_KEYS})
             name = models.DRAFTER_KINDS.get(name, name)  # "masked", "ar", ...: the zoo model of that kind
         return models.wrap(*self._loaded(name), self.tokenizer(name), role, **options)
 

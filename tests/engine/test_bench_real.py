@@ -1,0 +1,156 @@
+"""`specdiff bench speedup --verifier PATH`: the real-verifier bench (`specdiff.runs.real_bench`) end to end
+at tiny sizes, on a tiny random Llama saved with a chat-template tokenizer (nothing fetched)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from specdiff.cli import main
+from specdiff.runs import real_bench
+
+ROOT = Path(__file__).resolve().parents[2]
+CHAT_TEMPLATE = ("{% for m in messages %}<|bos|>{{ m['role'] }}: {{ m['content'] }}<|eos|>\n{% endfor %}"
+                 "{% if add_generation_prompt %}<|bos|>assistant: {% endif %}")
+TINY = ["--max-new-tokens", "12", "--repeats", "1", "--problems", "3", "--tune-problems", "2",
+        "--tune-max-new-tokens", "8", "--blocks", "4", "8", "--lookup-ngrams", "2", "--hf-lookup-tokens", "3", "5",
+        "--threads", "1", "--json"]
+
+
+def _save_tiny_llama(path: Path, seed: int) -> str:
+    """A 2-layer random LlamaForCausalLM (peaked logits) with the testbed's tokenizer and a chat template."""
+    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    tokenizer = PreTrainedTokenizerFast(tokenizer_file=str(ROOT / "specdiff" / "zoo" / "tokenizer.json"),
+                                        bos_token="<|bos|>", eos_token="<|eos|>", pad_token="<|pad|>",
+                                        unk_token="<|unk|>")
+    tokenizer.chat_template = CHAT_TEMPLATE
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=1024, pad_token_id=0,
+                         bos_token_id=1, eos_token_id=2, tie_word_embeddings=False)
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(config).eval()
+    with torch.no_grad():
+        model.lm_head.weight.normal_(0.0, 2.0)
+    model.generation_config = GenerationConfig(bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    root = tmp_path_factory.mktemp("real")
+    return {"verifier": _save_tiny_llama(root / "verifier", 0), "assistant": _save_tiny_llama(root / "assistant", 1)}
+
+
+def _exit_code(argv) -> int:
+    try:
+        return main(argv)
+    except SystemExit as exit_info:
+        return exit_info.code
+
+
+def test_greedy_run_reports_every_row_and_tunes_on_validation_only(tiny, monkeypatch, capsys):
+    from specdiff.eval.tasks import prompts as prompts_task
+
+    reads, phases, tuning = [], [], [False]
+    read, measure, tune = prompts_task.read, real_bench.measure, real_bench.tune
+
+    def spy_read(path):
+        reads.append((tuning[0], Path(path).resolve()))
+        return read(path)
+
+    def spy_measure(methods, prompts, *args, **kwargs):
+        phases.append((kwargs.get("phase"), {Path(p.source).resolve() for p in prompts}, list(methods)))
+        return measure(methods, prompts, *args, **kwargs)
+
+    def spy_tune(*args, **kwargs):
+        tuning[0] = True
+        try:
+            return tune(*args, **kwargs)
+        finally:
+            tuning[0] = False
+
+    monkeypatch.setattr(prompts_task, "read", spy_read)
+    monkeypatch.setattr(real_bench, "measure", spy_measure)
+    monkeypatch.setattr(real_bench, "tune", spy_tune)
+    test_file = real_bench.TEST_FILE.resolve()
+    assert main(["bench", "speedup", "--verifier", tiny["verifier"], "--prompts-file", str(test_file),
+                 "--hf-assistant", tiny["assistant"], *TINY]) == 0
+    out = json.loads(capsys.readouterr().out)
+    for key in ("speedup_vs_ar", "speedup_vs_hf_best_speculative", "greedy_identical", "mean_accepted", "drafter",
+                "rows", "tuning"):
+        assert key in out
+    assert set(out["rows"]) == {"ar", "hf", "hf_lookup", "hf_assisted", "spec_lookup"}
+    assert out["drafter"] == "lookup" and out["row"] == "spec_lookup" and out["greedy"] is True
+    lookup = out["rows"]["spec_lookup"]
+    assert lookup["greedy_identical"] == 1.0 and out["greedy_identical"] == 1.0 and lookup["exact"]
+    assert out["rows"]["hf"]["greedy_identical"] == 1.0  # the reference itself
+    assert out["mean_accepted"] == lookup["mean_accepted"] >= 0
+    assert set(lookup["per_kind"]) == {"chat", "code", "math"}  # the file's first 3 prompts, kinds in turn
+    for row in out["rows"].values():
+        assert row["tokens_per_s"] > 0 and row["prompts"] == 3 and "mean_accepted" in row
+    ar_baseline = max(out["rows"]["ar"]["tokens_per_s"], out["rows"]["hf"]["tokens_per_s"])
+    assert out["speedup_vs_ar"] == pytest.approx(lookup["tokens_per_s"] / ar_baseline)
+    hf_best = max(out["rows"]["hf_lookup"]["tokens_per_s"], out["rows"]["hf_assisted"]["tokens_per_s"])
+    assert out["speedup_vs_hf_best_speculative"] == pytest.approx(lookup["tokens_per_s"] / hf_best)
+    # tuning: every (B, n) of the grid and each HF N, on validation prompts only, never on --prompts-file
+    names = {row["name"] for row in out["tuning"]["grid"]}
+    assert names == {"lookup B=4 n=2", "lookup B=8 n=2", "hf prompt lookup N=3", "hf prompt lookup N=5"}
+    assert out["rows"]["spec_lookup"]["config"]["block_size"] in (4, 8)
+    assert out["rows"]["hf_lookup"]["config"]["prompt_lookup_num_tokens"] in (3, 5)
+    validation = real_bench.VALIDATION_FILE.resolve()
+    assert [path for during_tuning, path in reads if during_tuning] == [validation]
+    assert test_file in [path for during_tuning, path in reads if not during_tuning]
+    assert [(phase, sources) for phase, sources, _ in phases] == [("tune", {validation}), ("test", {test_file})]
+
+
+def test_sampled_run_omits_greedy_identical(tiny, capsys):
+    assert main(["bench", "speedup", "--verifier", tiny["verifier"], "--temperature", "0.8", "--top-p", "0.9",
+                 "--prompts-file", str(real_bench.TEST_FILE), *TINY]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert "greedy_identical" not in out and out["greedy"] is False
+    assert out["sampling"]["temperature"] == 0.8 and out["sampling"]["top_p"] == 0.9
+    assert set(out["rows"]) == {"ar", "hf", "hf_lookup", "spec_lookup"}  # no --hf-assistant: no assisted row
+    assert all("greedy_identical" not in row for row in out["rows"].values())
+    assert out["speedup_vs_ar"] > 0 and out["speedup_vs_hf_best_speculative"] > 0
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--drafters", "masked"], "do not fit the vocabulary of the real verifier"),
+    (["--drafters", "lookup,ar-drafter"], "do not fit the vocabulary of the real verifier"),
+    (["--drafters", "lookup,lookup"], "names the lookup drafter twice"),
+    (["--prompts-file", str(real_bench.VALIDATION_FILE)], "validation set"),
+    (["--top-p", "0.9"], "give --temperature"),
+])
+def test_real_bench_refusals(tiny, capsys, argv, message):
+    assert _exit_code(["bench", "speedup", "--verifier", tiny["verifier"], *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_real_only_flags_are_refused_for_the_testbed(capsys):
+    assert _exit_code(["bench", "speedup", "--prompts-file", str(real_bench.TEST_FILE)]) == 2
+    assert "--prompts-file applies to a real verifier" in capsys.readouterr().err
+
+
+def test_the_shipped_prompt_files_are_disjoint_and_cover_five_kinds():
+    from specdiff.eval.tasks import prompts as prompts_task
+
+    validation, test = prompts_task.read(real_bench.VALIDATION_FILE), prompts_task.read(real_bench.TEST_FILE)
+    kinds = {"chat", "code", "math", "summarisation", "rewriting"}
+    for problems, per_kind in ((validation, 6), (test, 8)):
+        counted = {kind: sum(p.meta["kind"] == kind for p in problems) for kind in kinds}
+        assert counted == {kind: per_kind for kind in kinds} and len(problems) == 5 * per_kind
+    assert not {p.question for p in validation} & {p.question for p in test}
+
+
+def test_tuning_picks_the_fastest_and_breaks_near_ties_by_tokens_per_round():
+    rows = [{"name": "a", "tokens_per_s": 100.0, "tokens_per_round": 1.5},
+            {"name": "b", "tokens_per_s": 99.0, "tokens_per_round": 2.5},  # within TIE_TOLERANCE: tied, longer rounds
+            {"name": "c", "tokens_per_s": 90.0, "tokens_per_round": 4.0}]  # slower: never chosen for its rounds
+    assert real_bench.choose(rows)["name"] == "b"
+    assert real_bench.choose(rows[::2])["name"] == "a"
