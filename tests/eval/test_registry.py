@@ -6,7 +6,7 @@ from specdiff.eval.tasks import BOXED_INSTRUCTION, TASKS, Score, chat_prompt, ge
 
 
 def test_registry():
-    assert sorted(TASKS) == ["arith", "gpqa", "gsm8k", "humaneval"]
+    assert sorted(TASKS) == ["arith", "gpqa", "gsm8k", "humaneval", "prompts"]
     for name, task in TASKS.items():
         assert get_task(name) is task and task.name == name and task.description
     for bad in ("GSM8K", "mmlu", "", None):

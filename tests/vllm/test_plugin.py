@@ -167,8 +167,22 @@ def _specdiff_engine_acceptance(target, draft, prompt, rule, rows=N):
     gen = sd.SpeculativeGenerator(drafter, sd.Verifier(target, temperature=1.0, top_p=1.0, top_k=0),
                                   block_size=engines.B, rule=rule, proposal="point_mass", eos_token_id=[],
                                   batch_size=rows)
-    out = gen.generate(prompts, max_new_tokens=LENGTH - 1, generator=generator)
-    per_round = [a for s in out.stats for a in s.accepted]
+    # the verification's own accepted counts per round, as the chain models them: the engine's statistics stop
+    # at the token budget (a finishing round counts only what it emitted), so they are read at verify()
+    import specdiff.engine.generate as engine_generate
+
+    per_round, original = [], engine_generate.verify
+
+    def recorded(*args, **kwargs):
+        result = original(*args, **kwargs)
+        per_round.extend(result.num_accepted.tolist())
+        return result
+
+    engine_generate.verify = recorded
+    try:
+        gen.generate(prompts, max_new_tokens=LENGTH - 1, generator=generator)
+    finally:
+        engine_generate.verify = original
     return [sum(a > i for a in per_round) / len(per_round) for i in range(engines.B)]
 
 
