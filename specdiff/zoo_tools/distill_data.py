@@ -57,8 +57,8 @@ def held_out_ngrams(extra_files=()) -> set[tuple[str, ...]]:
         pass
     data = Path(prompts.__file__).parent / "data"
     for path in [*sorted(data.glob("*.jsonl")), *map(Path, extra_files)]:
-        texts += [m["content"] for p in prompts.read(path) for m in p.meta.get("messages", [])] + \
-                 [p.question for p in prompts.read(path)]
+        for problem in prompts.read(path):  # each file read once: its messages, or its raw prompt
+            texts += [m["content"] for m in problem.meta.get("messages", [])] or [problem.question]
     grams = set()
     for text in texts:
         grams |= _ngrams(text)
