@@ -23,6 +23,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from specdiff.zoo import distilled
+
 MASKED_MODEL_TYPES = ("Dream", "llada", "LLaDA")
 BLOCK_MODEL_TYPES = ("sdar", "SDAR")
 UNIFORM_MODEL_TYPES = ("diffusion_gemma",)
@@ -63,6 +65,8 @@ def load(name_or_path: str, role: str = "verifier", verifier=None, verifier_toke
         from specdiff.drafters.lookup import PromptLookupDrafter
 
         return PromptLookupDrafter(**options)
+    if role == "drafter" and distilled.folder(name_or_path) is not None:
+        return _load_distilled(distilled.folder(name_or_path), verifier, verifier_tokenizer, **options)
     name_or_path = DRAFTER_KINDS.get(name_or_path, name_or_path) if role == "drafter" else name_or_path
     if str(name_or_path).endswith(".gguf"):
         from specdiff.checkpoints import load_gguf
@@ -73,6 +77,8 @@ def load(name_or_path: str, role: str = "verifier", verifier=None, verifier_toke
     model, config, defaults = load_model(name_or_path)
     tokenizer = load_tokenizer(name_or_path)
     drafter = wrap(model, config, defaults, tokenizer, role, verifier=verifier, **options)
+    if role == "verifier":
+        drafter.name = str(name_or_path)  # named in a distilled drafter's refusal
     if role == "drafter" and verifier is not None:
         from specdiff.drafters.vocab import fit_vocabulary
 
@@ -115,6 +121,35 @@ def wrap(model, config: dict, defaults: dict, tokenizer, role: str, verifier=Non
 
     _reject_unknown(options, SAMPLING_KEYS, "an autoregressive drafter")
     return AutoregressiveDrafter(model, **{**defaults, **options})
+
+
+def _load_distilled(path, verifier, verifier_tokenizer, **options):
+    """A drafter distilled by specdiff (`specdiff.zoo.distilled`): its trained weights completed with its
+    verifier's shared ones; `verifier` defaults to the fetched one it was trained for."""
+    config = json.loads((path / "config.json").read_text())
+    if verifier is None:
+        verifier = load(config["specdiff_target"])
+    return wrap_distilled(distilled.build(path, verifier.model, getattr(verifier, "name", None)), verifier, **options)
+
+
+def wrap_distilled(built, verifier, **options):
+    """The drafter around `distilled.build`'s (model, config, draft_to_target), fitted to `verifier`. Greedy
+    drafting unless sampling options say otherwise."""
+    from specdiff.drafters.vocab import fit_vocabulary
+
+    model, config, d2t = built
+    if distilled.ROLES[config["specdiff_role"]] == "dflash":
+        from specdiff.drafters.dflash import DFlashDrafter
+
+        _reject_unknown(options, SAMPLING_KEYS + DFLASH_KEYS, "a DFlash drafter")
+        drafter = DFlashDrafter(model, verifier, draft_to_target=d2t, **{"temperature": 0.0, **options})
+    else:
+        from specdiff.drafters.autoregressive import AutoregressiveDrafter
+
+        _reject_unknown(options, SAMPLING_KEYS, "an autoregressive drafter")
+        drafter = AutoregressiveDrafter(model, **{"temperature": 0.0, "top_p": 1.0, "top_k": 0, **options})
+    fit_vocabulary(drafter, verifier)
+    return drafter
 
 
 def _zoo_target(config: dict):

@@ -1,5 +1,9 @@
 """`specdiff distill`: drafters trained by specdiff for a user's verifier (issue 31).
 
+`specdiff distill --verifier V --kind dflash|ar --out DIR`: trains a drafter on the data below
+(`specdiff.zoo_tools.distill_train`), resumable from DIR/checkpoint.pt, with a progress bar and a `--json`
+summary; `specdiff generate --verifier V --drafter DIR` then uses it.
+
 `specdiff distill data --verifier V --out DIR --shards N`: the training data, conversations the verifier
 writes and answers itself (`specdiff.zoo_tools.distill_data`): resumable shard by shard, with a progress bar
 and a `--json` summary."""
@@ -11,10 +15,21 @@ from specdiff.argtypes import positive_int
 
 
 def register(subparsers) -> None:
-    distill = subparsers.add_parser("distill", help="drafters trained for your verifier: their data",
+    distill = subparsers.add_parser("distill", help="drafters trained for your verifier, and their data",
                                     description="Distillation for a user's verifier (docs/distill.md).")
+    distill.add_argument("--verifier", help="a fetched name, local folder or .gguf file")
+    distill.add_argument("--kind", choices=("dflash", "ar"), help="dflash: one-step block drafter on the "
+                         "verifier's hidden states, reduced draft vocabulary; ar: small full-vocabulary causal LM")
+    distill.add_argument("--out", help="output folder (resumes from its checkpoint.pt)")
+    distill.add_argument("--data", default=None, help="data folder (default data/distill/VERIFIER)")
+    distill.add_argument("--steps", type=positive_int, default=None, help="optimiser steps (default per kind)")
+    distill.add_argument("--draft-vocab", type=positive_int, default=None,
+                         help="dflash: draft vocabulary size (default 8192)")
+    distill.add_argument("--threads", type=positive_int, default=None, help="torch threads (default: torch's)")
+    distill.add_argument("--seed", type=int, default=0)
+    distill.add_argument("--json", action="store_true", help="print the training summary as JSON")
     sub = distill.add_subparsers(dest="distill_command", metavar="DISTILL_COMMAND")
-    distill.set_defaults(handler=lambda args: (distill.print_help(), 0)[1])
+    distill.set_defaults(handler=lambda args: run_train(args, distill))
     data = sub.add_parser("data", help="conversations the verifier writes (Magpie) and answers itself",
                           description="Writes shards of verifier-written user turns and verifier-regenerated "
                                       "responses (uint16 token ids) into --out; a rerun resumes at the first "
@@ -48,6 +63,30 @@ def run_data(args) -> int:
                      user_max_tokens=args.user_max_tokens, response_max_tokens=args.response_max_tokens,
                      held_out=args.held_out, show_progress=not args.json)
     summary = {key: index[key] for key in ("verifier", "conversations", "tokens", "prompt_set_sha256")}
+    if index.get("raw_prompts"):
+        summary["note"] = "the verifier's tokenizer has no chat template: the prompts were used raw"
     summary.update(shards=len(index["shards"]), seconds=sum(s["seconds"] for s in index["shards"]), out=out)
+    print(json.dumps(summary) if args.json else "  ".join(f"{k}: {v}" for k, v in summary.items()))
+    return 0
+
+
+def run_train(args, parser) -> int:
+    import torch
+
+    from specdiff.runs.model_cache import quiet_transformers
+    from specdiff.zoo_tools.distill_train import DRAFT_SIZE, train
+
+    if not (args.verifier and args.kind and args.out):
+        parser.print_help()
+        missing = [flag for flag, value in (("--verifier", args.verifier), ("--kind", args.kind),
+                                            ("--out", args.out)) if not value]
+        raise ValueError(f"specdiff distill needs {', '.join(missing)} (or the `data` subcommand)")
+    quiet_transformers()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    data = args.data or f"data/distill/{args.verifier}"
+    summary = train(args.kind, args.verifier, data, args.out, steps=args.steps,
+                    draft_size=args.draft_vocab or DRAFT_SIZE, seed=args.seed, show_progress=not args.json)
+    summary["out"] = args.out
     print(json.dumps(summary) if args.json else "  ".join(f"{k}: {v}" for k, v in summary.items()))
     return 0

@@ -31,6 +31,12 @@ and those of each round's verifier input [last committed token, y_1..y_B] in
 Each is [b, T, H * len(layers)]. When no drafter asks, the verifier computes none: the default
 `verifier_hidden_layers = None` costs nothing.
 
+Reduced draft vocabulary (EAGLE-3's d2t, FR-Spec): a drafter whose head covers only some of the verifier's
+tokens sets `draft_to_target` [V_d] (the verifier id of each of its output rows, distinct). `trim` scatters
+its logits [..., V_d] into the verifier's vocabulary [..., V] with -inf elsewhere, so q is 0 outside the
+draft vocabulary and every `Draft.probs` row is a distribution over the verifier's ids as usual; the
+drafter's input side still reads every verifier id. `fit_vocabulary` checks the index against the verifier.
+
 Ragged drafts: a drafter may end some rows' drafts early (`Draft.lengths` [b], possibly 0: prompt
 lookup without a match); the engine then verifies row r on its first lengths[r] tokens only.
 
@@ -67,6 +73,8 @@ class Drafter:
     exact_marginal: bool = False  # q_i is exactly the law of y_i given the drafted tokens to its left
     output_vocab: int | None = None  # set by `specdiff.drafters.vocab.fit_vocabulary`: drop rows >= it
     point_mass: bool = False  # the draft is deterministic (prompt lookup): always verified with q = onehot(y)
+    draft_to_target: torch.Tensor | None = None  # [V_d] long: verifier id of each output row (module docstring)
+    target_vocab: int | None = None  # the verifier's vocabulary size, with draft_to_target
 
     @property
     def model_vocab_size(self) -> int:
@@ -76,11 +84,17 @@ class Drafter:
     @property
     def vocab_size(self) -> int:
         """Size of the distributions in `Draft.probs` (must equal the verifier's): the model's rows, or
-        fewer where `fit_vocabulary` dropped the rows the verifier lacks."""
+        fewer where `fit_vocabulary` dropped the rows the verifier lacks; the verifier's with a draft vocabulary."""
+        if self.draft_to_target is not None:
+            return int(self.target_vocab)
         return self.model_vocab_size if self.output_vocab is None else int(self.output_vocab)
 
     def trim(self, logits: torch.Tensor) -> torch.Tensor:
-        """logits [..., V_model] -> [..., vocab_size]: the rows the verifier has (a view, no copy)."""
+        """logits [..., V_model] -> [..., vocab_size]: the rows the verifier has (a view, no copy); with a draft
+        vocabulary, logits [..., V_d] scattered to [..., V] with -inf at the ids outside it."""
+        if self.draft_to_target is not None:
+            full = logits.new_full((*logits.shape[:-1], int(self.target_vocab)), float("-inf"))
+            return full.index_copy_(-1, self.draft_to_target.to(logits.device), logits)
         return logits if self.output_vocab is None else logits[..., : self.output_vocab]
 
     @property

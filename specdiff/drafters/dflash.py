@@ -13,6 +13,10 @@ committed token is ever re-projected.
 The engine passes the hidden states through the drafter contract (`verifier_hidden_layers`, see
 `specdiff.drafters.base`): layer index i of `target_layer_ids` is `output_hidden_states[i + 1]`.
 
+A reduced draft vocabulary (`draft_to_target`, d2t: specdiff's distilled drafters, `specdiff distill`):
+the head is the verifier's LM head restricted to those rows, so it costs V_d / V of the verifier's, and q
+is 0 outside them (`Drafter.trim`).
+
 Exactness (marginal mode): exact. One step: given the committed tokens, the B tokens are drawn
 independently, each from its q (the paper's K = 1 case). The paper drafts with DFlash greedily
 (temperature 0: q is a point mass on the argmax, and marginal verification is point-mass
@@ -35,7 +39,7 @@ class DFlashDrafter(Drafter):
     exact_marginal = True
 
     def __init__(self, model, target, temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0,
-                 mask_token_id: int | None = None):
+                 mask_token_id: int | None = None, draft_to_target: torch.Tensor | None = None):
         check_sampling(temperature, top_p, top_k, "DFlashDrafter")
         target = getattr(target, "model", target) if not hasattr(target, "get_output_embeddings") else target
         config = model.config
@@ -53,6 +57,15 @@ class DFlashDrafter(Drafter):
         self.verifier_hidden_layers = tuple(int(i) + 1 for i in config.target_layer_ids)
         self.trained_block_size = int(config.block_size) - 1  # DFlash's block counts the anchor
         self.cache = self.cache_mask = self.pending = self.pending_mask = None
+        head = target.get_output_embeddings().weight  # [V, H]
+        if draft_to_target is not None:
+            self.draft_to_target = torch.as_tensor(draft_to_target, dtype=torch.long, device=head.device)
+            self.target_vocab = int(head.shape[0])
+            if int(self.draft_to_target.max()) >= self.target_vocab or int(self.draft_to_target.min()) < 0:
+                raise ValueError(f"draft_to_target names ids outside the verifier's {self.target_vocab}-token head")
+            self.head_weight = head.detach()[self.draft_to_target]  # [V_d, H]: the draft vocabulary's rows
+        else:
+            self.head_weight = None
 
     @property
     def model_vocab_size(self) -> int:
@@ -95,11 +108,12 @@ class DFlashDrafter(Drafter):
         self.cache_mask = keep_columns(self.cache, full_mask[:, : -(block_size + 1)])
         self.pending, self.pending_mask = self.pending[:, :0], self.pending_mask[:, :0]
         head = self.target.get_output_embeddings()
-        logits = head(out.last_hidden_state[:, 1:].to(head.weight.dtype))  # [b, B, V]
+        states = out.last_hidden_state[:, 1:].to(head.weight.dtype)  # [b, B, H]
+        logits = head(states) if self.head_weight is None else states @ self.head_weight.T  # [b, B, V or V_d]
         check_finite(logits, "drafter")
         probs = sampling_probs(self.trim(logits), self.temperature, self.top_p, self.top_k)  # [b, B, V]
         tokens = torch.multinomial(probs.view(-1, probs.shape[-1]), 1, generator=generator).view(batch, block_size)
-        confidence = torch.softmax(logits.float(), dim=-1).amax(-1)  # [b, B]: for a controller's floor
+        confidence = torch.softmax(logits.float(), dim=-1).amax(-1)  # [b, B]: for a controller's floor (V_d: same)
         return Draft(tokens=tokens, probs=probs, confidence=confidence)
 
     @torch.inference_mode()

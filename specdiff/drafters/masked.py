@@ -99,7 +99,7 @@ class MaskedDiffusionDrafter(Drafter):
         step_logits = self._step_logits_fn(tokens, full_mask, block_size)
         out, probs = unmask_canvas(step_logits, tokens[:, -block_size:], self.mask_token_id, self.steps,
                                    self.threshold, self.order, self.temperature, self.top_p, self.top_k, generator,
-                                   self.output_vocab)
+                                   self._vocabulary())
         return Draft(tokens=out, probs=probs)
 
     def exact_marginal_with(self, steps_vary: bool = False, reorders: bool = False) -> bool:
@@ -127,9 +127,13 @@ class MaskedDiffusionDrafter(Drafter):
         floors = None if plan.floors is None else torch.tensor(plan.floors, device=ids.device)
         out, probs, lengths, confidence = unmask_planned(
             step_logits, tokens[:, -width:], self.mask_token_id, sizes, steps, floors, self.threshold, self.order,
-            self.temperature, self.top_p, self.top_k, generator, self.output_vocab,
+            self.temperature, self.top_p, self.top_k, generator, self._vocabulary(),
             None if plan.finish is None else torch.tensor(plan.finish, device=ids.device))
         return Draft(tokens=out, probs=probs, lengths=lengths, confidence=confidence)
+
+    def _vocabulary(self):
+        """What `unmasking` fits the logits with: the drafter's `trim` with a draft vocabulary, else output_vocab."""
+        return self.trim if self.draft_to_target is not None else self.output_vocab
 
     def _step_logits_fn(self, tokens: torch.Tensor, key_mask: torch.Tensor, block_size: int):
         """A function canvas [b, B] -> logits [b, B, V] of the canvas positions, one denoising step."""

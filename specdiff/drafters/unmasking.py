@@ -28,7 +28,8 @@ def unmask_canvas(step_logits, canvas: torch.Tensor, mask_token_id: int, steps: 
 
     step_logits: canvas [b, B] -> logits [b, B, V] of every canvas position. Returns (tokens [b, B],
     probs [b, B, V]): probs[r, i] is the filtered distribution token i was sampled from at the step it
-    was unmasked. vocab_size, if given, keeps only the first vocab_size logits (`drafters.vocab`)."""
+    was unmasked. vocab_size, if given, keeps only the first vocab_size logits (`drafters.vocab`); a callable
+    (a drafter's `trim`, with a reduced draft vocabulary) maps the logits to the verifier's ids."""
     batch, block = canvas.shape
     still_masked = torch.ones(batch, block, dtype=torch.bool, device=canvas.device)  # [b, B]
     probs_out = None
@@ -37,7 +38,7 @@ def unmask_canvas(step_logits, canvas: torch.Tensor, mask_token_id: int, steps: 
     while probs_out is None or bool(still_masked.any()):
         logits = step_logits(canvas).float()  # [b, B, V]
         check_finite(logits, "drafter")
-        logits = logits[..., :vocab_size] if vocab_size else logits  # drop rows the verifier lacks (drafters.vocab)
+        logits = _fit(logits, vocab_size)  # drop rows the verifier lacks, or scatter a draft vocabulary
         if mask_token_id < logits.shape[-1]:
             logits[..., mask_token_id] = float("-inf")  # never propose the mask token
         probs = sampling_probs(logits, temperature, top_p, top_k)  # [b, B, V]
@@ -109,7 +110,7 @@ def unmask_planned(step_logits, canvas: torch.Tensor, mask_token_id: int, block_
     while True:
         logits = step_logits(canvas).float()  # [b, W, V]
         check_finite(logits, "drafter")
-        logits = logits[..., :vocab_size] if vocab_size else logits
+        logits = _fit(logits, vocab_size)
         if mask_token_id < logits.shape[-1]:
             logits[..., mask_token_id] = float("-inf")
         probs = sampling_probs(logits, temperature, top_p, top_k)  # [b, W, V]
@@ -145,3 +146,10 @@ def unmask_planned(step_logits, canvas: torch.Tensor, mask_token_id: int, block_
                 pending = still_masked.any(-1)
         if not bool(pending.any()):
             return canvas, probs_out, lengths, confidence
+
+
+def _fit(logits: torch.Tensor, vocab_size) -> torch.Tensor:
+    """logits [..., V_model] -> the verifier's ids: a drafter's `trim` (callable) or its first vocab_size rows."""
+    if callable(vocab_size):
+        return vocab_size(logits)
+    return logits[..., :vocab_size] if vocab_size else logits

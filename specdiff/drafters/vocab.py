@@ -9,7 +9,10 @@ Real pairs can differ in embedding size: Dream-7B has 152,064 output rows and Qw
 - drops a larger drafter's extra output rows with a warning (`drafter.output_vocab`), but only when
   the tokenizers agree: the dropped rows are ids the verifier cannot emit; without tokenizers that
   cannot be checked and the pair is refused;
-- refuses a drafter smaller than the verifier: the verifier could emit ids the drafter cannot read.
+- refuses a drafter smaller than the verifier: the verifier could emit ids the drafter cannot read;
+- a drafter with a reduced draft vocabulary (`Drafter.draft_to_target`, d2t) reads every verifier id but
+  proposes only V_d of them: its index must hold distinct ids of the verifier; it is then told the
+  verifier's size (`drafter.target_vocab`), and its q is 0 outside the index.
 """
 from __future__ import annotations
 
@@ -33,10 +36,14 @@ def fit_vocabulary(drafter, verifier, drafter_tokenizer=None, verifier_tokenizer
         raise VocabularyMismatch(f"the drafter's vocabulary ({drafter_vocab} rows) is smaller than the verifier's "
                                  f"({verifier_vocab}): the verifier could emit tokens the drafter cannot read (a "
                                  "drafter trained with another tokenizer does not fit this verifier)")
+    d2t = getattr(drafter, "draft_to_target", None)
+    if d2t is not None:
+        _check_draft_index(d2t, verifier_vocab)
+        drafter.target_vocab, drafter.output_vocab = verifier_vocab, None
     both = drafter_tokenizer is not None and verifier_tokenizer is not None
     if both:
         _check_tokenizers(drafter_tokenizer, verifier_tokenizer, mask)
-    if drafter_vocab == verifier_vocab:
+    if drafter_vocab == verifier_vocab or d2t is not None:
         drafter.output_vocab = None
         return
     if not both:
@@ -46,6 +53,20 @@ def fit_vocabulary(drafter, verifier, drafter_tokenizer=None, verifier_tokenizer
     warnings.warn(f"dropping the drafter's output rows {verifier_vocab}..{drafter_vocab - 1} (the verifier has "
                   f"{verifier_vocab}; both tokenizers agree on every shared id)", stacklevel=2)
     drafter.output_vocab = verifier_vocab
+
+
+def _check_draft_index(d2t, verifier_vocab: int) -> None:
+    if d2t.ndim != 1 or d2t.numel() == 0:
+        raise VocabularyMismatch(f"the drafter's draft-to-target index must be a non-empty 1-D list of ids, got shape "
+                                 f"{tuple(d2t.shape)}")
+    low, high = int(d2t.min()), int(d2t.max())
+    if low < 0 or high >= verifier_vocab:
+        raise VocabularyMismatch(f"the drafter's draft-to-target index names id {high if high >= verifier_vocab else low}, "
+                                 f"outside the verifier's vocabulary [0, {verifier_vocab}): it was built for another "
+                                 "verifier")
+    if d2t.unique().numel() != d2t.numel():
+        raise VocabularyMismatch("the drafter's draft-to-target index names some verifier id twice: two draft rows "
+                                 "would share one token's probability")
 
 
 def _check_tokenizers(drafter_tokenizer, verifier_tokenizer, mask: int | None) -> None:

@@ -101,10 +101,10 @@ def check_generation_args(args) -> None:
 def run_config_from_args(args, name: str = "cli") -> RunConfig:
     """The RunConfig of the generation flags (`commands.generate.add_generation_flags`) or of an
     argparse-like namespace with the same fields."""
-    from specdiff.runs.kinds import default_drafter
+    from specdiff.runs.kinds import default_drafter, for_verifier
 
     prefix_cache = {"off": False}.get(args.prefix_cache, args.prefix_cache)
-    drafter = args.drafter if args.drafter is not None else default_drafter(args.verifier)
+    drafter = for_verifier(args.drafter, args.verifier) if args.drafter is not None else default_drafter(args.verifier)
     return RunConfig(name, drafter=drafter, verifier=args.verifier, steps=args.steps, threshold=args.threshold,
                      order=args.order, prefix_cache=prefix_cache, rule=args.rule, leniency=args.leniency,
                      method=args.method, proposal=args.proposal, block_size=args.block_size,

@@ -11,7 +11,9 @@ defaults (the zoo's `configs.SAMPLING`, applied by the loader):
 - lookup: `sd.PromptLookupDrafter`, no model and no effort knob (its n-gram sizes, `LOOKUP_KEYS`, come from
   `RunConfig.extra`); fits any verifier, and is the default drafter of a real verifier that has no drafter
   of its own (`default_drafter`).
-`resolve` turns a kind, a zoo name or a local checkpoint into (kind, model reference); `require_weights`
+With a real verifier, `dflash` and `ar` name the drafters distilled for it (`specdiff distill`, shipped for
+SmolLM2-135M-Instruct; `for_verifier`), and its default drafter is its distilled DFlash drafter.
+`resolve` turns a kind, a zoo name, a distilled drafter or a local checkpoint into (kind, model reference); `require_weights`
 refuses a zoo model that is not trained yet, naming the command that trains it.
 """
 from __future__ import annotations
@@ -19,21 +21,37 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from specdiff.zoo import distilled
+
 KIND_OF_LOADER = {"masked": "masked", "block": "block", "uniform": "uniform", "dflash": "dflash",
                   "autoregressive": "ar"}  # `models.drafter_kind` -> the engine's kind
 EFFORT = {  # which effort knobs a kind takes (RunConfig fields)
     "masked": ("steps", "threshold"), "block": ("steps", "threshold"), "uniform": ("steps",),
     "dflash": (), "ar": (), "lookup": (),
 }
+DISTILLED_KINDS = ("dflash", "ar")  # kinds `specdiff distill` trains for a real verifier (`for_verifier`)
 LOOKUP_KEYS = ("max_ngram", "min_ngram", "max_draft")  # `sd.PromptLookupDrafter`'s knobs (RunConfig.extra)
 
 
 def default_drafter(verifier: str) -> str:
-    """The drafter used when none is named: the zoo's masked drafter for the testbed's verifier, prompt lookup
-    for a real verifier (the testbed's drafters do not fit its vocabulary)."""
+    """The drafter used when none is named: the zoo's masked drafter for the testbed's verifier; for a real
+    verifier its shipped distilled DFlash drafter (`specdiff.zoo.distilled`), else prompt lookup (the testbed's
+    drafters do not fit its vocabulary)."""
     from specdiff import models
 
-    return models.LOOKUP if models.is_real(verifier) else "masked-drafter"
+    if not models.is_real(verifier):
+        return "masked-drafter"
+    return distilled.shipped_for(verifier, "dflash") or models.LOOKUP
+
+
+def for_verifier(drafter: str, verifier: str) -> str:
+    """`--drafter dflash` (or `ar`) with a real verifier: that verifier's own shipped distilled drafter, when
+    there is one; anything else unchanged."""
+    from specdiff import models
+
+    if drafter in DISTILLED_KINDS and models.is_real(verifier):
+        return distilled.shipped_for(verifier, drafter) or drafter
+    return drafter
 
 
 def check_pair(drafter: str, verifier: str) -> None:
@@ -42,17 +60,26 @@ def check_pair(drafter: str, verifier: str) -> None:
 
     reference = models.DRAFTER_KINDS.get(drafter, drafter)
     if reference in zoo.TRAINABLE and models.is_real(verifier):
+        own = [name for kind in DISTILLED_KINDS if (name := distilled.shipped_for(verifier, kind))]
         raise ValueError(f"--drafter {drafter}: the testbed's drafters ({reference}) were trained with the testbed's "
                          f"arithmetic tokenizer and do not fit the vocabulary of the real verifier {verifier!r}; use "
-                         f"--drafter {models.LOOKUP} (prompt lookup, no training) or a drafter trained for it")
+                         f"--drafter {models.LOOKUP} (prompt lookup, no training)"
+                         + (f", {' or '.join(own)} (distilled for it)" if own else "")
+                         + f" or a drafter trained for it (`specdiff distill --verifier {verifier} --kind dflash`)")
 
 
-def resolve(drafter: str) -> tuple[str, str]:
-    """A kind ("block"), a zoo name ("block-drafter") or a local checkpoint -> (kind, model reference)."""
+def resolve(drafter: str, verifier: str | None = None) -> tuple[str, str]:
+    """A kind ("block"), a zoo name ("block-drafter"), a distilled drafter or a local checkpoint -> (kind, model
+    reference); with a real `verifier`, "dflash" and "ar" name its own distilled drafters (`for_verifier`)."""
     from specdiff import models
 
+    if verifier is not None:
+        drafter = for_verifier(drafter, verifier)
     if drafter == models.LOOKUP:
         return models.LOOKUP, models.LOOKUP
+    folder = distilled.folder(drafter)
+    if folder is not None:
+        return distilled.ROLES[json.loads((folder / "config.json").read_text())["specdiff_role"]], drafter
     if drafter in models.DRAFTER_KINDS:
         return drafter, models.DRAFTER_KINDS[drafter]
     for kind, name in models.DRAFTER_KINDS.items():
@@ -61,7 +88,8 @@ def resolve(drafter: str) -> tuple[str, str]:
     path = Path(drafter)
     if not (path / "config.json").is_file():
         raise ValueError(f"unknown drafter {drafter!r}: not a kind ({', '.join(models.DRAFTER_KINDS)}), a zoo "
-                         f"drafter ({', '.join(models.DRAFTER_KINDS.values())}) nor a local directory with a "
+                         f"drafter ({', '.join(models.DRAFTER_KINDS.values())}), a distilled drafter "
+                         f"({', '.join(distilled.names()) or 'none shipped'}) nor a local directory with a "
                          "config.json")
     return KIND_OF_LOADER[models.drafter_kind(json.loads((path / "config.json").read_text()))], drafter
 

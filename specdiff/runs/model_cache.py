@@ -7,6 +7,10 @@ per-model loading bars between a command's own progress bars.
 """
 from __future__ import annotations
 
+import json
+
+from specdiff.zoo import distilled
+
 
 class ModelCache:
     """Loads each model and tokenizer once per process; wrappers (Verifier, drafters) are rebuilt
@@ -23,8 +27,18 @@ class ModelCache:
                 from specdiff.runs.kinds import LOOKUP_KEYS
 
                 return models.load(name, role="drafter", **{k: v for k, v in options.items() if k in LOOKUP_KEYS})
+            folder = distilled.folder(name)
+            if folder is not None:  # distilled for a real verifier: built once around the verifier's shared weights
+                verifier = options.pop("verifier")
+                if ("distilled", name) not in self.models:
+                    self.models[("distilled", name)] = distilled.build(folder, verifier.model,
+                                                                       getattr(verifier, "name", None))
+                return models.wrap_distilled(self.models[("distilled", name)], verifier, **options)
             name = models.DRAFTER_KINDS.get(name, name)  # "masked", "ar", ...: the zoo model of that kind
-        return models.wrap(*self._loaded(name), self.tokenizer(name), role, **options)
+        wrapped = models.wrap(*self._loaded(name), self.tokenizer(name), role, **options)
+        if role == "verifier":
+            wrapped.name = name  # named in a distilled drafter's refusal
+        return wrapped
 
     def kind(self, name: str) -> str:
         """The engine's kind of drafter `name` (masked, block, uniform, dflash, ar), from its config."""
@@ -33,6 +47,9 @@ class ModelCache:
 
         if name == models.LOOKUP:
             return models.LOOKUP
+        folder = distilled.folder(name)
+        if folder is not None:
+            return distilled.ROLES[json.loads((folder / "config.json").read_text())["specdiff_role"]]
         config = self._loaded(models.DRAFTER_KINDS.get(name, name))[1]
         return KIND_OF_LOADER[models.drafter_kind(config)]
 
@@ -50,8 +67,8 @@ class ModelCache:
     def tokenizer(self, name: str):
         from specdiff import models
 
-        if name == models.LOOKUP:
-            return None  # it drafts the verifier's own ids
+        if name == models.LOOKUP or distilled.folder(name) is not None:
+            return None  # it drafts the verifier's own ids (a distilled drafter: the verifier's tokenizer)
         name = models.DRAFTER_KINDS.get(name, name)
         if name not in self.tokenizers:
             self.tokenizers[name] = models.load_tokenizer(name)

@@ -39,7 +39,7 @@ from pathlib import Path
 DATA = Path(__file__).resolve().parents[1] / "eval" / "tasks" / "data"
 VALIDATION_FILE = DATA / "real_validation.jsonl"  # tuning only: never a measured set
 TEST_FILE = DATA / "real_test.jsonl"  # the held-out prompts the docs' figures are measured on
-DEFAULT_DRAFTERS = ("lookup",)
+DEFAULT_DRAFTERS = ("lookup",)  # besides the verifier's own distilled drafters (`default_drafters`)
 TIE_TOLERANCE = 0.02  # candidates within 2% of the fastest on validation are tied: more tokens/round wins
 HF_ROWS = ("hf", "hf_lookup", "hf_assisted")
 HF_SPECULATIVE = ("hf_lookup", "hf_assisted")
@@ -61,12 +61,13 @@ class Settings:
     seed: int = 0
     threads: int = 2
     sampling: dict = field(default_factory=lambda: {"temperature": 0.0})  # temperature 0: greedy
-    drafters: list[str] = field(default_factory=lambda: list(DEFAULT_DRAFTERS))
+    drafters: list[str] | None = None  # None: `default_drafters(verifier)`
     blocks: list[int] = field(default_factory=lambda: [4, 8, 12, 16])  # B grid of every specdiff drafter
     lookup_ngrams: list[int] = field(default_factory=lambda: [2, 3])  # prompt lookup's longest n-gram
     steps: list[int] = field(default_factory=lambda: [1, 2, 4])  # K grid of kinds that take steps
     hf_lookup_tokens: list[int] = field(default_factory=lambda: [3, 5, 10])  # HF prompt lookup's N grid
-    hf_assistant: str | None = None  # a full-vocabulary causal LM for HF assisted generation
+    hf_assistant: str | None = None  # a full-vocabulary causal LM for HF assisted generation (None: the
+    # verifier's shipped distilled AR drafter, when it has one)
 
 
 @dataclass
@@ -77,17 +78,25 @@ class Prompt:
     source: str  # the file it was read from
 
 
+def default_drafters(verifier: str) -> list[str]:
+    """The drafters distilled for this verifier and shipped (`specdiff.zoo.distilled`), then prompt lookup."""
+    from specdiff.zoo import distilled
+
+    return [name for kind in ("dflash", "ar") if (name := distilled.shipped_for(verifier, kind))] + list(
+        DEFAULT_DRAFTERS)
+
+
 def drafter_references(values: list[str] | None, verifier: str) -> dict[str, str]:
-    """--drafters for a real verifier -> {kind: reference}; default `lookup`. A testbed drafter is refused
-    with `check_pair`'s reason before any weights load; a kind named twice is refused."""
-    from specdiff.runs.kinds import check_pair, require_weights, resolve
+    """--drafters for a real verifier -> {kind: reference}; default `default_drafters`. A testbed drafter is
+    refused with `check_pair`'s reason before any weights load; a kind named twice is refused."""
+    from specdiff.runs.kinds import check_pair, for_verifier, require_weights, resolve
 
     references = {}
-    for value in ",".join(values or DEFAULT_DRAFTERS).split(","):
+    for value in ",".join(values or default_drafters(verifier)).split(","):
         if not value.strip():
             continue
-        check_pair(value.strip(), verifier)
-        kind, reference = resolve(value.strip())
+        check_pair(for_verifier(value.strip(), verifier), verifier)
+        kind, reference = resolve(value.strip(), verifier)
         check_pair(reference, verifier)
         if kind in references:
             raise ValueError(f"--drafters names the {kind} drafter twice")
@@ -142,7 +151,8 @@ def spec_method(config, cache):
         draws = torch.Generator(device=generator.verifier.device).manual_seed(seed)
         out = generator.generate([prompt.ids], max_new_tokens=max_new_tokens, generator=draws)
         stats = out.stats[0]
-        return {"ids": out.token_ids[0], "rounds": stats.rounds, "accepted": sum(stats.accepted)}
+        return {"ids": out.token_ids[0], "rounds": stats.rounds, "accepted": sum(stats.accepted),
+                "draft_s": stats.draft_s}
     run.exact = generator.exact
     return run
 
@@ -212,6 +222,8 @@ def measure(methods: dict, prompts: list[Prompt], max_new_tokens: int, repeats: 
             records[name].append({"ids": first["ids"], "rounds": first["rounds"], "accepted": first["accepted"],
                                   "seconds": statistics.median(r["seconds"] for r in runs[name]),
                                   "cpu_s": statistics.median(r["cpu_s"] for r in runs[name])})
+            if "draft_s" in first:
+                records[name][-1]["draft_s"] = statistics.median(r["draft_s"] for r in runs[name])
         rates = ", ".join(f"{name} {len(records[name][-1]['ids']) / records[name][-1]['seconds']:.1f}"
                           for name in names)
         say(f"{phase} prompt {i + 1}/{len(prompts)} ({prompt.kind or 'no kind'}): {rates} tokens/s")
@@ -319,11 +331,19 @@ def tune(references: dict, settings: Settings, cache, verifier, say=None) -> dic
 # -- the bench ---------------------------------------------------------------------------------------------
 
 def load_assistant(path: str, verifier):
-    """A full-vocabulary causal LM for transformers' assisted generation; refused when its vocabulary is not
-    the verifier's."""
+    """A full-vocabulary causal LM for transformers' assisted generation (a distilled AR drafter is completed
+    with the verifier's embeddings); refused when its vocabulary is not the verifier's."""
     from specdiff import models
+    from specdiff.zoo import distilled
 
-    model, config, _ = models.load_model(path)
+    folder = distilled.folder(path)
+    if folder is not None:
+        model, config, d2t = distilled.build(folder, verifier.model, getattr(verifier, "name", None))
+        if d2t is not None:
+            raise ValueError(f"--hf-assistant {path}: a drafter with a reduced draft vocabulary cannot be "
+                             "transformers' assistant (it takes a full-vocabulary causal LM)")
+    else:
+        model, config, _ = models.load_model(path)
     if models.drafter_kind(config) != "autoregressive":
         raise ValueError(f"--hf-assistant {path}: transformers' assisted generation needs a causal LM")
     if int(model.config.vocab_size) != verifier.vocab_size:
@@ -359,6 +379,9 @@ def run(settings: Settings, say=None) -> dict:
     cache = ModelCache()
     verifier = cache.get(settings.verifier, "verifier", **settings.sampling)
     greedy = verifier.temperature == 0
+    from specdiff.zoo import distilled
+
+    settings.hf_assistant = settings.hf_assistant or distilled.shipped_for(settings.verifier, "ar")
     assistant = load_assistant(settings.hf_assistant, verifier) if settings.hf_assistant else None
     prompts = read_prompts(prompts_file, cache.tokenizer(settings.verifier), settings.first_problem, settings.problems)
 
@@ -382,6 +405,12 @@ def run(settings: Settings, say=None) -> dict:
             rows[name]["config"] = chosen[name]["config"]
         if name == "hf_assisted":
             rows[name]["config"] = {"assistant_model": settings.hf_assistant}
+    step_s = rows["ar"]["wall_s"] / max(rows["ar"]["new_tokens"], 1)  # one verifier forward of one token
+    for row in spec_rows:  # the drafter's seconds per round, in verifier steps
+        drafted = [r for r in records[row] if "draft_s" in r]
+        rounds = sum(r["rounds"] for r in drafted)
+        if rounds:
+            rows[row]["drafter_cost_vs_verifier_step"] = sum(r["draft_s"] for r in drafted) / rounds / step_s
     result = _headline(rows, spec_rows, chosen, references, greedy)
     sampling = {"temperature": verifier.temperature, "top_p": verifier.top_p, "top_k": verifier.top_k}
     result.update({

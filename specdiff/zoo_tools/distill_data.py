@@ -17,6 +17,10 @@ conversation's prompt ids then response ids, concatenated), `prompt_lengths` and
 training prompt set's hash. Shard i is a pure function of (seed, i), written under a temporary name and
 renamed, so a killed run resumes at the first missing shard and loses at most the shard in progress.
 Hidden states are not stored: the trainers recompute them.
+
+A verifier whose tokenizer has no chat template (a base model): the user turns are written from its BOS
+token alone (unfinished turns kept, cut at `user_max_tokens`), used raw as prompts, and answered as plain
+continuations; the index records `"raw_prompts": true` and the command says so.
 """
 from __future__ import annotations
 
@@ -35,10 +39,11 @@ NGRAM = 8  # a user turn sharing any word 8-gram with a held-out prompt is dropp
 CONTENT_MARK = "\u2063specdiff-user-content\u2063"
 
 
-def user_prefix(tokenizer) -> str:
-    """The chat template's text before a user's content (system turn included, where the template adds one)."""
+def user_prefix(tokenizer) -> str | None:
+    """The chat template's text before a user's content (system turn included, where the template adds one);
+    None when the tokenizer has no chat template (the prompts are then used raw)."""
     if getattr(tokenizer, "chat_template", None) is None:
-        raise ValueError("the verifier's tokenizer has no chat template")
+        return None
     rendered = tokenizer.apply_chat_template([{"role": "user", "content": CONTENT_MARK}], tokenize=False)
     return rendered[: rendered.index(CONTENT_MARK)]
 
@@ -81,7 +86,16 @@ def generate(out_dir: str | Path, verifier: str, shards: int, samples: int = 64,
     wrapped = models.load(verifier)  # its sampling defaults: the responses' settings
     model, tokenizer = wrapped.model, models.load_tokenizer(verifier)
     eos, pad = eos_token_ids(model), int(getattr(model.config, "pad_token_id", None) or 0)
-    prefix = tokenizer(user_prefix(tokenizer), add_special_tokens=False).input_ids
+    template = user_prefix(tokenizer)
+    raw = template is None  # no chat template: prompts are used raw (module docstring)
+    start = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else eos[0]
+    prefix = [start] if raw else tokenizer(template, add_special_tokens=False).input_ids
+    if raw:
+        import warnings
+
+        warnings.warn(f"the tokenizer of {verifier} has no chat template: the prompts are used raw (plain text "
+                      "written from its BOS token, answered as a continuation)", stacklevel=2)
+        index["raw_prompts"] = True
     forbidden = held_out_ngrams(held_out)
     seen = {h for shard in index["shards"] for h in shard.get("user_hashes", [])}
     settings = {"temperature": wrapped.temperature, "top_p": wrapped.top_p, "top_k": wrapped.top_k}
@@ -97,16 +111,21 @@ def generate(out_dir: str | Path, verifier: str, shards: int, samples: int = 64,
                                            generator=generator, pad_token_id=pad)
         users = []
         for ids in turns:
-            if not ids or ids[-1] not in eos or len(ids) - 1 < MIN_USER_TOKENS:
-                continue  # unfinished or too short
-            text = tokenizer.decode(ids[:-1], skip_special_tokens=True).strip()
+            ended = bool(ids) and ids[-1] in eos
+            if not ids or (not ended and not raw) or len(ids) - ended < MIN_USER_TOKENS:
+                continue  # unfinished (with a chat template) or too short
+            text = tokenizer.decode(ids[:-1] if ended else ids, skip_special_tokens=True).strip()
             key = _hash(_normal(text))
             if not text or key in seen or _ngrams(text) & forbidden:
                 continue
             seen.add(key)
             users.append(text)
-        prompts = [list(tokenizer.apply_chat_template([{"role": "user", "content": u}], add_generation_prompt=True,
-                                                      tokenize=True, return_dict=True)["input_ids"]) for u in users]
+        if raw:
+            prompts = [list(tokenizer(u).input_ids) for u in users]
+        else:
+            prompts = [list(tokenizer.apply_chat_template([{"role": "user", "content": u}],
+                                                          add_generation_prompt=True, tokenize=True,
+                                                          return_dict=True)["input_ids"]) for u in users]
         responses, _ = autoregressive_generate(model, prompts, response_max_tokens, eos, generator=generator,
                                                pad_token_id=pad, **settings) if prompts else ([], 0.0)
         record = _write_shard(out, number, prompts, responses, users, time.perf_counter() - begin)

@@ -7,7 +7,8 @@ variation <= 0.03 and a chi-square p-value >= 1e-4 (see test_exactness.py for wh
 - marginal: exact where `drafter.exact_marginal` says so and docs/drafters.md proves it: the uniform
   drafter at every K (its last step samples all positions independently), the block drafter at K = 1
   and left-to-right, DFlash (one step);
-- the block drafter with a confidence threshold is flagged inexact in marginal mode.
+- the block drafter with a confidence threshold is flagged inexact in marginal mode;
+- DFlash with a reduced draft vocabulary (`draft_to_target`, issue 31): exact, its q 0 outside the index.
 """
 from __future__ import annotations
 
@@ -53,6 +54,11 @@ CASES = [  # (label, drafter factory, block size, proposal, method)
     ("block threshold point mass", lambda m: _block(m, threshold=0.5), 3, "point_mass", "token"),
     ("dflash marginal", lambda m: _dflash(m, temperature=1.0), 2, "marginal", "token"),
     ("dflash greedy marginal block", lambda m: _dflash(m), 3, "marginal", "block"),
+    # a reduced draft vocabulary (d2t: 2 of the 4 ids): q is 0 outside it, and the output is still exact
+    ("dflash draft vocabulary marginal", lambda m: _dflash(m, temperature=1.0, draft_to_target=[1, 3]), 2,
+     "marginal", "token"),
+    ("dflash draft vocabulary marginal block", lambda m: _dflash(m, temperature=1.0, draft_to_target=[2, 0, 3]), 3,
+     "marginal", "block"),
 ]
 
 

@@ -76,3 +76,37 @@ def test_uint16_storage_refuses_larger_ids(tmp_path):
     with pytest.raises(ValueError, match="uint16"):
         distill_data._write_shard(tmp_path, 0, [[70_000]], [[1]], ["x"], 0.0)
     assert not list(tmp_path.iterdir())
+
+
+def test_a_verifier_without_a_chat_template_gets_raw_prompts_and_is_told(tmp_path, monkeypatch):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from specdiff import zoo
+
+    tok = zoo.tokenizer()
+    assert tok.chat_template is None  # the testbed's tokenizer has none
+    path = tmp_path / "base"
+    config = LlamaConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=1, eos_token_id=tok.eos_token_id,
+                         pad_token_id=tok.pad_token_id, tie_word_embeddings=True)
+    LlamaForCausalLM(config).save_pretrained(path)
+    tok.save_pretrained(path)
+    words = lambda text: tok(text, add_special_tokens=False).input_ids  # noqa: E731
+    seen = []
+
+    def fake_generate(model, rows, max_new_tokens, eos_token_ids, *sampling, generator=None, pad_token_id=0, **kw):
+        seen.append([list(r) for r in rows])
+        if len(seen) == 1:  # the user turns: one unfinished (kept when raw), one too short
+            return [words("Omar has 12 bags of rocks in his shed"), words("hi")], 0.0
+        return [[7, 8] for _ in rows], 0.0
+
+    monkeypatch.setattr("specdiff.engine.baselines.autoregressive_generate", fake_generate)
+    assert distill_data.user_prefix(tok) is None
+    with pytest.warns(UserWarning, match="no chat template: the prompts are used raw"):
+        index = distill_data.generate(tmp_path / "data", str(path), shards=1, samples=2, show_progress=False)
+    assert seen[0] == [[tok.bos_token_id]] * 2  # written from BOS alone, no template
+    assert index["raw_prompts"] is True and index["conversations"] == 1
+    (prompt, response), = distill_data.load_shards(tmp_path / "data")
+    written = tok.decode(words("Omar has 12 bags of rocks in his shed"), skip_special_tokens=True).strip()
+    assert tok.decode(prompt, skip_special_tokens=True).strip() == written and "rocks" in written
+    assert response == [7, 8]

@@ -1,0 +1,117 @@
+"""`specdiff distill --kind dflash|ar` (issue 31; `specdiff.zoo_tools.distill_train`) on a tiny verifier and a
+few stored conversations: the draft vocabulary, a resumed run equal to an uninterrupted one, the saved folder
+(trained weights only, float16; the shared ones come from the verifier at load time), loading it as a drafter
+of that verifier, and refusing another verifier, naming both."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from specdiff.zoo_tools import distill_data, distill_train
+
+
+def _verifier(path, tok, seed: int, layers: int = 4):
+    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
+                         num_attention_heads=4, num_key_value_heads=2, eos_token_id=tok.eos_token_id,
+                         pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id, tie_word_embeddings=True,
+                         max_position_embeddings=256)
+    model = LlamaForCausalLM(config)
+    model.generation_config = GenerationConfig(eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    from specdiff import zoo
+
+    tok = zoo.tokenizer()
+    root = tmp_path_factory.mktemp("distill")
+    verifier = _verifier(root / "verifier", tok, seed=0)
+    other = _verifier(root / "other", tok, seed=1)
+    data = root / "data"
+    data.mkdir()
+    rng = np.random.default_rng(0)
+    prompts = [rng.integers(5, 40, size=int(rng.integers(4, 9))).tolist() for _ in range(12)]
+    responses = [rng.integers(5, 30, size=int(rng.integers(6, 20))).tolist() + [tok.eos_token_id] for _ in range(12)]
+    index = {"verifier": verifier, "shards": [distill_data._write_shard(data, 0, prompts, responses,
+                                                                       [str(i) for i in range(12)], 0.0)]}
+    distill_data._write_index(data, index)
+    return dict(tok=tok, verifier=verifier, other=other, data=str(data), root=root)
+
+
+def test_the_draft_vocabulary_ranks_response_tokens_and_keeps_eos():
+    conversations = [([9, 9, 9], [3, 3, 4]), ([8], [4, 5])]
+    d2t = distill_train.draft_vocabulary(conversations, 4, verifier_vocab=12, always=[11])
+    assert sorted(d2t.tolist()) == [3, 4, 5, 11]  # 4 (twice), 3 (twice), 5, then EOS forced in over 9
+    assert distill_train.draft_vocabulary(conversations, 5, 12, always=[11]).tolist() == [3, 4, 5, 9, 11]
+
+
+@pytest.mark.parametrize("kind", ["dflash", "ar"])
+def test_a_resumed_run_equals_an_uninterrupted_one_and_loads_as_a_drafter(setup, kind):
+    import specdiff as sd
+    from specdiff import models
+
+    options = dict(batch=2, anchors=3, block=4, intermediate=48) if kind == "dflash" else dict(batch=2, ar_layers=(0,))
+    whole = setup["root"] / f"{kind}-whole"
+    summary = distill_train.train(kind, setup["verifier"], setup["data"], whole, steps=4, draft_size=20,
+                                  show_progress=False, save_every_s=0.0, **options)
+    assert summary["steps"] == 4 and np.isfinite(summary["final_loss"])
+    parts = setup["root"] / f"{kind}-parts"
+    distill_train.train(kind, setup["verifier"], setup["data"], parts, steps=4, draft_size=20,
+                        show_progress=False, save_every_s=1e9, until_step=2, **options)  # "killed" at step 2
+    assert not (parts / "model.safetensors").exists()
+    state = torch.load(parts / "checkpoint.pt", weights_only=False)
+    assert state["step"] == 2  # the interrupted run's checkpoint
+    resumed = distill_train.train(kind, setup["verifier"], setup["data"], parts, steps=4, draft_size=20,
+                                  show_progress=False, save_every_s=0.0, **options)
+    assert resumed["steps"] == 4
+    a, b = torch.load(whole / "checkpoint.pt", weights_only=False), torch.load(parts / "checkpoint.pt",
+                                                                              weights_only=False)
+    for name, value in a["model"].items():
+        torch.testing.assert_close(value, b["model"][name], atol=1e-5, rtol=1e-4)  # same batches and steps
+
+    config = json.loads((whole / "config.json").read_text())
+    assert config["specdiff_role"] == f"distilled-{kind}" and config["specdiff_target"] == setup["verifier"]
+    from safetensors.torch import load_file
+
+    weights = load_file(str(whole / "model.safetensors"))
+    assert all(v.dtype == torch.float16 for v in weights.values())
+    assert not any("embed_tokens" in n or "lm_head" in n for n in weights)  # equal to the verifier's: not stored
+    verifier = models.load(setup["verifier"], temperature=0.0)
+    drafter = models.load(str(whole), role="drafter", verifier=verifier)
+    if kind == "dflash":
+        d2t = json.loads((whole / "draft_vocab.json").read_text())["draft_to_target"]
+        assert len(d2t) == 20 and drafter.draft_to_target.tolist() == d2t
+    gen = sd.SpeculativeGenerator(drafter, verifier, block_size=3)
+    prompt = [[setup["tok"].bos_token_id, 7, 8, 9]]
+    out = gen.generate(prompt, max_new_tokens=12)
+    from specdiff.engine.baselines import autoregressive_generate
+
+    plain, _ = autoregressive_generate(verifier.model, prompt, 12, [setup["tok"].eos_token_id], 0.0, 1.0, 0,
+                                       pad_token_id=0)
+    assert out.token_ids == plain  # greedy: token for token the verifier's own decoding
+
+
+def test_a_drafter_trained_for_another_verifier_is_refused_naming_both(setup):
+    from specdiff import models
+    from specdiff.zoo.distilled import WrongVerifier
+
+    out = setup["root"] / "refuse"
+    distill_train.train("ar", setup["verifier"], setup["data"], out, steps=1, show_progress=False, batch=2,
+                        ar_layers=(0,))
+    other = models.load(setup["other"])
+    with pytest.raises(WrongVerifier, match=f"trained for the verifier '{setup['verifier']}', not for "
+                                            f"'{setup['other']}'"):
+        models.load(str(out), role="drafter", verifier=other)
+    with pytest.raises(ValueError, match="holds data of verifier"):  # nor is its data used for another
+        distill_train.train("ar", setup["other"], setup["data"], setup["root"] / "x", steps=1, show_progress=False)
+    with pytest.raises(ValueError, match="is a ar drafter for"):  # nor another run's checkpoint resumed
+        distill_train.train("dflash", setup["verifier"], setup["data"], out, steps=1, show_progress=False)
