@@ -50,11 +50,22 @@ def run_list(args) -> int:
         rows.append({"name": name, "kind": "real", "source": spec.source, "sampling": spec.sampling,
                      "status": "fetched" if info else f"not fetched: specdiff models fetch {name}",
                      "path": info["path"] if info else None})
+    from specdiff import manifest
+    from specdiff.zoo import distilled
+
+    shipped = manifest.read(distilled.DISTILLED_DIR / manifest.MANIFEST_NAME)
+    for name in distilled.names():
+        config = json.loads((distilled.DISTILLED_DIR / name / "config.json").read_text())
+        state = manifest.status(distilled.DISTILLED_DIR / manifest.MANIFEST_NAME, distilled.DISTILLED_DIR,
+                                f"{name}/model.safetensors") if shipped else "unrecorded"
+        rows.append({"name": name, "kind": f"distilled {distilled.ROLES[config['specdiff_role']]}",
+                     "status": f"{state}, for {config['specdiff_target']}",
+                     "path": str(distilled.DISTILLED_DIR / name)})
     if args.json:
         print(json.dumps({"cache": str(models_dir()), "models": rows}, indent=1))
         return 0
     print(f"cache: {models_dir()}")
     for row in rows:
         where = f"  {row['path']}" if row["path"] else ""
-        print(f"{row['name']:<24} {row['kind']:<14} {row['status']}{where}")
+        print(f"{row['name']:<30} {row['kind']:<16} {row['status']}{where}")
     return 0

@@ -169,10 +169,11 @@ def _checked_grid(config: ConfigText, section: str, values: dict, autoregressive
 
 def _check_model(config: ConfigText, role: str, name: str) -> None:
     from specdiff import zoo
+    from specdiff.zoo import distilled
     from specdiff.checkpoints import FETCHABLE, fetched_dir
     from specdiff.models import LOOKUP
 
-    if role == "drafter" and name == LOOKUP:
+    if role == "drafter" and (name == LOOKUP or distilled.folder(name) is not None):
         return
     if name in FETCHABLE:
         if fetched_dir(name) is None:
@@ -187,11 +188,14 @@ def _check_model(config: ConfigText, role: str, name: str) -> None:
 
 def _drafter_kind(name: str) -> str:
     from specdiff import zoo
+    from specdiff.zoo import distilled
     from specdiff.models import LOOKUP, drafter_kind
 
     if name == LOOKUP:
         return LOOKUP
-
+    if distilled.folder(name) is not None:  # a drafter distilled for a real verifier
+        role = json.loads((distilled.folder(name) / "config.json").read_text())["specdiff_role"]
+        return {"dflash": "dflash", "ar": "autoregressive"}[distilled.ROLES[role]]
     path = zoo.model_dir(name) if name in zoo.MODEL_NAMES else Path(name)
     return drafter_kind(json.loads((path / "config.json").read_text()))
 

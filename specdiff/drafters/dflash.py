@@ -17,6 +17,11 @@ A reduced draft vocabulary (`draft_to_target`, d2t: specdiff's distilled drafter
 the head is the verifier's LM head restricted to those rows, so it costs V_d / V of the verifier's, and q
 is 0 outside them (`Drafter.trim`).
 
+Anchor state (`config.specdiff_anchor_state`, specdiff's distilled drafters): the block's input embeddings
+also get the projected verifier state of the token just before the anchor (the context projection applied
+to it), so every block position sees the verifier's latest state directly rather than having to find it by
+attention; the drafter keeps that state per row (`start`, `commit`, `select`).
+
 Exactness (marginal mode): exact. One step: given the committed tokens, the B tokens are drawn
 independently, each from its q (the paper's K = 1 case). The paper drafts with DFlash greedily
 (temperature 0: q is a point mass on the argmax, and marginal verification is point-mass
@@ -56,7 +61,8 @@ class DFlashDrafter(Drafter):
             raise ValueError(f"mask_token_id {self.mask_token_id} is outside the verifier's embedding table")
         self.verifier_hidden_layers = tuple(int(i) + 1 for i in config.target_layer_ids)
         self.trained_block_size = int(config.block_size) - 1  # DFlash's block counts the anchor
-        self.cache = self.cache_mask = self.pending = self.pending_mask = None
+        self.cache = self.cache_mask = self.pending = self.pending_mask = self.last_state = None
+        self.anchor_state = bool(getattr(config, "specdiff_anchor_state", False))
         head = target.get_output_embeddings().weight  # [V, H]
         if draft_to_target is not None:
             self.draft_to_target = torch.as_tensor(draft_to_target, dtype=torch.long, device=head.device)
@@ -85,6 +91,10 @@ class DFlashDrafter(Drafter):
                              "sd.SpeculativeGenerator, which passes them (drafter.verifier_hidden_layers)")
         self.cache, self.cache_mask = DynamicCache(), key_mask[:, :0]
         self.pending, self.pending_mask = verifier_hidden, key_mask[:, : verifier_hidden.shape[1]]
+        if verifier_hidden.shape[1]:  # [b, H * layers]: the state of the token before the anchor (left-padded rows)
+            self.last_state = verifier_hidden[:, -1]
+        else:
+            self.last_state = verifier_hidden.new_zeros(verifier_hidden.shape[0], verifier_hidden.shape[2])
 
     @torch.inference_mode()
     def propose(self, ids: torch.Tensor, key_mask: torch.Tensor, block_size: int,
@@ -95,6 +105,8 @@ class DFlashDrafter(Drafter):
         batch, device = ids.shape[0], ids.device
         masks = torch.full((batch, block_size), self.mask_token_id, dtype=ids.dtype, device=device)
         noise = self.target.get_input_embeddings()(torch.cat([ids[:, -1:], masks], dim=1))  # [b, B + 1, H]
+        if self.anchor_state:
+            noise = noise + self.model.encoder(self.last_state.to(self.model.dtype))[:, None, :].to(noise.dtype)
         block_mask = torch.ones(batch, block_size + 1, dtype=torch.bool, device=device)
         full_mask = torch.cat([self.cache_mask, self.pending_mask, block_mask], dim=1)  # [b, C + T + B + 1]
         new = self.pending.shape[1] + block_size + 1
@@ -122,6 +134,8 @@ class DFlashDrafter(Drafter):
         if verifier_hidden is None:
             raise ValueError("DFlashDrafter.commit needs the verifier's hidden states of the round")
         self.pending = verifier_hidden
+        rows = torch.arange(verifier_hidden.shape[0], device=verifier_hidden.device)
+        self.last_state = verifier_hidden[rows, num_accepted.to(verifier_hidden.device)]  # the new anchor's predecessor
         columns = torch.arange(verifier_hidden.shape[1], device=verifier_hidden.device)[None, :]
         self.pending_mask = columns <= num_accepted[:, None]
 
@@ -130,3 +144,4 @@ class DFlashDrafter(Drafter):
         self.cache.batch_select_indices(rows)
         self.cache_mask = keep_columns(self.cache, self.cache_mask[rows])
         self.pending, self.pending_mask = self.pending[rows], self.pending_mask[rows]
+        self.last_state = self.last_state[rows]

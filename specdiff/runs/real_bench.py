@@ -274,7 +274,7 @@ def candidates(kind: str, reference: str, settings: Settings) -> list:
     from specdiff.runs.kinds import EFFORT, describe
 
     configs = []
-    for block in settings.blocks:
+    for block in _blocks_for(kind, reference, settings.blocks):
         common = dict(drafter=reference, verifier=settings.verifier, block_size=block, sampling=dict(settings.sampling))
         if kind == "lookup":
             configs += [RunConfig(f"lookup B={block} n={n}", extra={"max_ngram": n}, **common)
@@ -285,6 +285,19 @@ def candidates(kind: str, reference: str, settings: Settings) -> list:
         else:
             configs.append(RunConfig(describe(kind, 1, None, block), **common))
     return configs
+
+
+def _blocks_for(kind: str, reference: str, blocks: list[int]) -> list[int]:
+    """The B grid, capped at a DFlash drafter's trained block (its config's block_size, the anchor excluded)."""
+    import json
+
+    from specdiff.zoo import distilled
+
+    folder = distilled.folder(reference) if kind == "dflash" else None
+    if folder is None:
+        return list(blocks)
+    trained = int(json.loads((folder / "config.json").read_text())["block_size"]) - 1
+    return sorted({min(block, trained) for block in blocks})
 
 
 def choose(rows: list[dict]) -> dict:

@@ -15,7 +15,10 @@ Terms:
 dflash (Chen et al. 2026, DFlash): a `MuseGlimmerAssistantModel` of the verifier's width whose keys and
 values also read a projection of the verifier's hidden states at `target_layer_ids` of the tokens before
 the anchor; the block is embedded by the verifier's frozen embeddings and read out by the draft vocabulary's
-rows of its frozen LM head. Loss, per block (DFlash's Eq. for position k = 1..B):
+rows of its frozen LM head. specdiff adds the anchor state (`anchor_state`, recorded in the config as
+`specdiff_anchor_state`): the projected verifier state of the token before the anchor is added to every
+block input, so no position has to find the verifier's latest state by attention
+(`specdiff.drafters.dflash`). Loss, per block (DFlash's position weighting, k = 1..B):
 
     L = sum_k w_k CE(logits_k, x_{a+k}) / sum_k w_k,   w_k = exp(-(k - 1) / gamma)
 
@@ -26,11 +29,12 @@ shard and cached under `<out>/hidden-<layers>/` (float16; recomputed if missing,
 ar: a small causal LM of the verifier's architecture and width (`ar_layers` of its decoder layers, copied
 as a start) with tied, frozen embeddings equal to the verifier's (so only the layers and final norm are
 trained and shipped) and the full vocabulary, so that Hugging Face assisted generation can use it as its
-assistant. Loss: next-token cross-entropy on the responses.
+assistant. Loss: next-token cross-entropy on `positions` random response positions per conversation (the
+full-vocabulary head dominates the cost).
 
 Resumable: every `save_every_s` seconds the trainable weights, the optimiser, the step and the generator
-state are written to `<out>/checkpoint.pt` (temporary name, then renamed); a rerun resumes there and the
-result is the same as an uninterrupted run's up to the batches' order after the restart.
+state are written to `<out>/checkpoint.pt` (temporary name, then renamed) with the run's settings; a rerun
+resumes there, with those settings, and ends with the same weights as an uninterrupted run.
 """
 from __future__ import annotations
 
@@ -46,8 +50,9 @@ import torch.nn.functional as F
 
 TARGET_LAYERS = 5  # DFlash reads this many verifier layers, spread evenly: 1, 8, 15, 22, 29 of SmolLM2's 30
 DEFAULTS = {
-    "dflash": dict(steps=1500, batch=4, anchors=16, lr=6e-4, block=16, gamma=7.0, layers=1, intermediate=1536),
-    "ar": dict(steps=800, batch=8, lr=3e-4, ar_layers=(0, 29)),
+    "dflash": dict(steps=4500, batch=4, anchors=16, lr=2e-3, block=16, gamma=4.0, layers=1, intermediate=1536,
+                   anchor_state=True),
+    "ar": dict(steps=400, batch=8, lr=1e-3, ar_layers=(0,), positions=64),
 }
 DRAFT_SIZE = 8192
 WARMUP = 50
@@ -80,6 +85,13 @@ def train(kind: str, verifier: str, data_dir: str | Path, out: str | Path, steps
     settings["steps"] = steps or settings["steps"]
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    checkpoint = out / "checkpoint.pt"
+    state = torch.load(checkpoint, weights_only=False) if checkpoint.exists() else None
+    if state is not None:
+        if state["kind"] != kind or state["verifier"] != verifier:
+            raise ValueError(f"{checkpoint} is a {state['kind']} drafter for {state['verifier']}, not a {kind} "
+                             f"drafter for {verifier}: use another --out")
+        settings = {**state.get("settings", settings), "steps": steps or state.get("settings", settings)["steps"]}
     _read_index(Path(data_dir), verifier)  # data written by another verifier is refused, naming both
     conversations = load_shards(data_dir)
     if not conversations:
@@ -97,12 +109,7 @@ def train(kind: str, verifier: str, data_dir: str | Path, out: str | Path, steps
                                   weight_decay=0.01, betas=(0.9, 0.95))
     generator = torch.Generator().manual_seed(seed)
     step, seconds, losses = 0, 0.0, []
-    checkpoint = out / "checkpoint.pt"
-    if checkpoint.exists():
-        state = torch.load(checkpoint, weights_only=False)
-        if state["kind"] != kind or state["verifier"] != verifier:
-            raise ValueError(f"{checkpoint} is a {state['kind']} drafter for {state['verifier']}, not a {kind} "
-                             f"drafter for {verifier}: use another --out")
+    if state is not None:  # a resumed run keeps the settings it started with (the steps may change)
         model.load_state_dict(state["model"], strict=False)
         optimizer.load_state_dict(state["optimizer"])
         generator.set_state(state["generator"])
@@ -127,7 +134,7 @@ def train(kind: str, verifier: str, data_dir: str | Path, out: str | Path, steps
             loss = _dflash_loss(model, target, draft_head, to_draft, [conversations[i] for i in picks],
                                 [hidden[i] for i in picks], settings, generator)
         else:
-            loss = _ar_loss(model, [conversations[i] for i in picks])
+            loss = _ar_loss(model, [conversations[i] for i in picks], generator, settings.get("positions"))
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -139,7 +146,7 @@ def train(kind: str, verifier: str, data_dir: str | Path, out: str | Path, steps
         bar.set_postfix(loss=f"{np.mean(losses[-50:]):.3f}")
         if time.monotonic() - last_save > save_every_s or step in (settings["steps"], until_step):
             _save_checkpoint(checkpoint, dict(kind=kind, verifier=verifier, model=_trainable_state(model),
-                                              optimizer=optimizer.state_dict(), generator=generator.get_state(),
+                                              optimizer=optimizer.state_dict(), generator=generator.get_state(), settings=settings,
                                               step=step, seconds=seconds, losses=losses, d2t=d2t.tolist()))
             last_save = time.monotonic()
     bar.close()
@@ -165,7 +172,10 @@ def _build(kind: str, target, settings: dict):
             rms_norm_eps=tc.rms_norm_eps, max_position_embeddings=tc.max_position_embeddings,
             rope_parameters=dict(tc.rope_parameters), layer_types=["full_attention"] * settings["layers"],
             bos_token_id=tc.bos_token_id, eos_token_id=tc.eos_token_id, pad_token_id=tc.pad_token_id)
+        config.specdiff_anchor_state = bool(settings.get("anchor_state", False))
         model = transformers.MuseGlimmerAssistantModel(config)
+        if not settings.get("init_from_verifier", True):
+            return model.float()
         with torch.no_grad():  # the verifier's last layers as a start; the context projection reads its last layer
             for i, layer in enumerate(model.layers):
                 source = target.model.layers[tc.num_hidden_layers - len(model.layers) + i]
@@ -244,8 +254,18 @@ def _hidden_states(target, layers, data_dir, folder: Path, show_progress: bool) 
 
 def _dflash_loss(model, target, draft_head, to_draft, conversations, hidden, settings, generator) -> torch.Tensor:
     """The module docstring's weighted cross-entropy over `anchors` blocks of each conversation."""
-    block, anchors, gamma = settings["block"], settings["anchors"], settings["gamma"]
-    predicted = block - 1  # DFlash's block counts the anchor
+    logits, targets = _dflash_logits(model, target, draft_head, to_draft, conversations, hidden, settings, generator)
+    predicted = settings["block"] - 1  # DFlash's block counts the anchor
+    weights = torch.exp(-torch.arange(predicted, dtype=torch.float) / settings["gamma"]).expand_as(targets)
+    weights = weights * (targets >= 0)
+    losses = F.cross_entropy(logits.flatten(0, 2), targets.flatten(), ignore_index=-100, reduction="none")
+    return (losses * weights.flatten()).sum() / weights.sum().clamp(min=1)
+
+
+def _dflash_logits(model, target, draft_head, to_draft, conversations, hidden, settings, generator):
+    """(logits [b, A, B, V_d], targets [b, A, B] draft-vocabulary indices, -100 where none) of `anchors` random
+    blocks per conversation, all in one forward."""
+    block, anchors = settings["block"], settings["anchors"]
     rows = [torch.as_tensor(p + r) for p, r in conversations]
     width = max(len(r) for r in rows)
     batch = len(rows)
@@ -264,6 +284,9 @@ def _dflash_loss(model, target, draft_head, to_draft, conversations, hidden, set
     noise_ids[:, :, 0] = gathered[:, :, 0]
     embed = target.get_input_embeddings()
     noise = embed(noise_ids.flatten(1))  # [b, A * block, H]
+    if getattr(model.config, "specdiff_anchor_state", False):  # + the projected state of the token before the anchor
+        before = context.gather(1, (starts - 1).clamp(min=0)[:, :, None].expand(-1, -1, size))  # [b, A, W_h]
+        noise = noise + model.encoder(before).repeat_interleave(block, dim=1)  # [b, A * block, H]
     lengths = torch.tensor([len(r) for r in rows])
     columns = torch.arange(width)
     context_keys = (columns[None, None, :] < starts[:, :, None]) & (columns[None, None, :] < lengths[:, None, None])
@@ -277,14 +300,12 @@ def _dflash_loss(model, target, draft_head, to_draft, conversations, hidden, set
     logits = states @ draft_head.T  # [b, A, B, V_d]
     targets = gathered[:, :, 1:]
     targets = torch.where(targets >= 0, to_draft[targets.clamp(min=0)], -100)  # out of vocabulary: no loss
-    weights = torch.exp(-torch.arange(predicted, dtype=torch.float) / gamma).expand_as(targets)
-    weights = weights * (targets >= 0)
-    losses = F.cross_entropy(logits.flatten(0, 2), targets.flatten(), ignore_index=-100, reduction="none")
-    return (losses * weights.flatten()).sum() / weights.sum().clamp(min=1)
+    return logits, targets
 
 
-def _ar_loss(model, conversations) -> torch.Tensor:
-    """Next-token cross-entropy on the responses (prompt tokens are context only)."""
+def _ar_loss(model, conversations, generator=None, positions: int | None = None) -> torch.Tensor:
+    """Next-token cross-entropy on the responses (prompt tokens are context only); with `positions`, on that
+    many random response positions per conversation (the full-vocabulary head dominates the cost)."""
     rows = [p + r for p, r in conversations]
     width = max(len(r) for r in rows)
     ids = torch.zeros(len(rows), width, dtype=torch.long)
@@ -295,8 +316,17 @@ def _ar_loss(model, conversations) -> torch.Tensor:
         ids[b, :n] = torch.as_tensor(prompt + response)
         labels[b, len(prompt):n] = torch.as_tensor(response)
         mask[b, :n] = 1
-    logits = model(input_ids=ids, attention_mask=mask).logits
-    return F.cross_entropy(logits[:, :-1].flatten(0, 1), labels[:, 1:].flatten(), ignore_index=-100)
+    hidden = model.model(input_ids=ids, attention_mask=mask).last_hidden_state[:, :-1]  # [b, L - 1, H]
+    labels = labels[:, 1:]  # [b, L - 1]: the token each position predicts
+    if positions is not None:
+        keep = torch.zeros_like(labels, dtype=torch.bool)
+        for b in range(len(rows)):
+            valid = (labels[b] >= 0).nonzero().squeeze(-1)
+            chosen = valid[torch.randperm(len(valid), generator=generator)[:positions]]
+            keep[b, chosen] = True
+        hidden, labels = hidden[keep], labels[keep]  # [n, H], [n]
+    logits = model.lm_head(hidden)
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100)
 
 
 def _trainable_state(model) -> dict:

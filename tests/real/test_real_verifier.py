@@ -3,13 +3,15 @@ converted by `specdiff models fetch smollm2-135m-instruct` (the cache, `specdiff
 
 - Greedy: speculative output equals Hugging Face greedy `generate` token for token, float32, on committed
   conversations through the model's chat template, at batch 1 and at batch 4 with mixed prompt lengths, for
-  the prompt-lookup drafter and the AR self-drafter (the verifier's own weights drafting). A mismatch is
+  the prompt-lookup drafter, the AR self-drafter (the verifier's own weights drafting) and the shipped drafters
+  distilled for it (`smollm2-135m-instruct-dflash` with its reduced draft vocabulary, `-ar`; issue 31). A mismatch is
   allowed only where HF's own top-2 logit gap is below 1e-3 (rounding between a chunked and a one-token
   forward), and at most once in ten sequences, as in tests/engine/test_architectures.py.
 - Sampled (temperature 0.7, top-p 0.9): the emitted law is the verifier's own. One batched call of N rows
   of a fixed prompt drafts with an AR drafter that differs from the verifier (the same weights at
   temperature 1.3, top-p 1: a wider q, so acceptances and residual draws both happen), marginal proposal,
-  two drafted tokens; the first and second emitted tokens' frequencies are compared with p(x1) and
+  two drafted tokens (and again with the shipped DFlash drafter sampling at T 1 over its reduced draft vocabulary,
+  q 0 outside it); the first and second emitted tokens' frequencies are compared with p(x1) and
   sum_x1 p(x1) p(x2 | x1), computed from the verifier's own forward, by a chi-square test at p > 1e-3
   (bins of expected count < 5 pooled).
 
@@ -97,11 +99,25 @@ def assert_greedy_equal(label, tokens, references) -> None:
         TIES.append(f"{label} row {row} at token {first} (gap {gap:.2e})")
 
 
-@pytest.mark.parametrize("drafter_kind", ["lookup", "ar-self"])
+def _shipped(kind: str):
+    from specdiff.zoo import distilled
+
+    name = distilled.shipped_for(NAME, kind)
+    if name is None:
+        pytest.fail(f"no shipped {kind} drafter for {NAME} in {distilled.DISTILLED_DIR}")
+    return name
+
+
+@pytest.mark.parametrize("drafter_kind", ["lookup", "ar-self", "dflash", "ar"])
 def test_greedy_speculative_equals_hf_greedy_on_smollm2(smollm2, references, drafter_kind):
+    from specdiff import models
+
     verifier, tok = smollm2
-    drafter = (sd.PromptLookupDrafter() if drafter_kind == "lookup"
-               else sd.AutoregressiveDrafter(verifier.model, temperature=0.0))
+    if drafter_kind in ("dflash", "ar"):  # the drafters distilled for it and shipped (issue 31)
+        drafter = models.load(_shipped(drafter_kind), role="drafter", verifier=verifier)
+    else:
+        drafter = (sd.PromptLookupDrafter() if drafter_kind == "lookup"
+                   else sd.AutoregressiveDrafter(verifier.model, temperature=0.0))
     for batch_size, rows in ((1, [0, 2]), (4, [0, 1, 2, 3])):
         gen = sd.SpeculativeGenerator(drafter, verifier, block_size=6, tokenizer=tok, batch_size=batch_size)
         assert gen.exact
@@ -113,14 +129,21 @@ def test_greedy_speculative_equals_hf_greedy_on_smollm2(smollm2, references, dra
             assert sum(stats.accepted) + stats.rounds >= stats.new_tokens >= sum(stats.accepted)
 
 
-def test_sampled_speculation_matches_the_verifiers_law_on_smollm2(smollm2):
+@pytest.mark.parametrize("drafter_kind", ["ar-hot", "dflash"])
+def test_sampled_speculation_matches_the_verifiers_law_on_smollm2(smollm2, drafter_kind):
     from scipy.stats import chisquare
 
+    from specdiff import models
     from specdiff.lm.sampling import sampling_probs
 
     verifier, tok = smollm2
     sampled = sd.Verifier(verifier.model, temperature=0.7, top_p=0.9)
-    drafter = sd.AutoregressiveDrafter(verifier.model, temperature=1.3, top_p=1.0, top_k=0)
+    if drafter_kind == "dflash":  # the shipped DFlash drafter, reduced draft vocabulary, sampling at T 1
+        sampled.name = NAME
+        drafter = models.load(_shipped("dflash"), role="drafter", verifier=sampled, temperature=1.0)
+        assert drafter.draft_to_target is not None and len(drafter.draft_to_target) < verifier.vocab_size
+    else:
+        drafter = sd.AutoregressiveDrafter(verifier.model, temperature=1.3, top_p=1.0, top_k=0)
     prompt = tok("My favourite colour is").input_ids
     rows = 400
     gen = sd.SpeculativeGenerator(drafter, sampled, block_size=2, tokenizer=tok, batch_size=rows, eos_token_id=[])
