@@ -29,7 +29,7 @@ def register(subparsers) -> None:
     distill.add_argument("--seed", type=int, default=0)
     distill.add_argument("--json", action="store_true", help="print the training summary as JSON")
     sub = distill.add_subparsers(dest="distill_command", metavar="DISTILL_COMMAND")
-    distill.set_defaults(handler=lambda args: run_train(args, distill))
+    distill.set_defaults(handler=run_train)
     data = sub.add_parser("data", help="conversations the verifier writes (Magpie) and answers itself",
                           description="Writes shards of verifier-written user turns and verifier-regenerated "
                                       "responses (uint16 token ids) into --out; a rerun resumes at the first "
@@ -70,14 +70,13 @@ def run_data(args) -> int:
     return 0
 
 
-def run_train(args, parser) -> int:
+def run_train(args) -> int:
     import torch
 
     from specdiff.runs.model_cache import quiet_transformers
     from specdiff.zoo_tools.distill_train import DRAFT_SIZE, train
 
     if not (args.verifier and args.kind and args.out):
-        parser.print_help()
         missing = [flag for flag, value in (("--verifier", args.verifier), ("--kind", args.kind),
                                             ("--out", args.out)) if not value]
         raise ValueError(f"specdiff distill needs {', '.join(missing)} (or the `data` subcommand)")

@@ -74,6 +74,7 @@ def build(path: Path, target, target_name: str | None = None):
     kind = ROLES[config["specdiff_role"]]
     settings = {k: v for k, v in config.items() if not k.startswith("specdiff_") and k != "model_type"}
     model_config = transformers.AutoConfig.for_model(config["model_type"], **settings)
+    model_config.specdiff_anchor_state = bool(config.get("specdiff_anchor_state", False))  # read by DFlashDrafter
     if kind == "dflash":
         model = transformers.MuseGlimmerAssistantModel(model_config)
         d2t = torch.tensor(json.loads((Path(path) / "draft_vocab.json").read_text())["draft_to_target"])

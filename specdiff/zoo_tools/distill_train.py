@@ -262,9 +262,9 @@ def _dflash_loss(model, target, draft_head, to_draft, conversations, hidden, set
     return (losses * weights.flatten()).sum() / weights.sum().clamp(min=1)
 
 
-def _dflash_logits(model, target, draft_head, to_draft, conversations, hidden, settings, generator):
+def _dflash_logits(model, target, draft_head, to_draft, conversations, hidden, settings, generator, anchors_at=None):
     """(logits [b, A, B, V_d], targets [b, A, B] draft-vocabulary indices, -100 where none) of `anchors` random
-    blocks per conversation, all in one forward."""
+    blocks per conversation (or at anchors_at [b, A]), all in one forward."""
     block, anchors = settings["block"], settings["anchors"]
     rows = [torch.as_tensor(p + r) for p, r in conversations]
     width = max(len(r) for r in rows)
@@ -276,6 +276,8 @@ def _dflash_logits(model, target, draft_head, to_draft, conversations, hidden, s
         context[b, :len(states)] = states.float()
         low, high = len(prompt) - 1, len(prompt) + len(response) - 2  # anchor a predicts a + 1.. (in the response)
         starts[b] = low + torch.randint(max(high - low + 1, 1), (anchors,), generator=generator)
+    if anchors_at is not None:
+        starts = torch.as_tensor(anchors_at).view(batch, anchors)
     offsets = torch.arange(block)
     positions = starts[:, :, None] + offsets  # [b, A, block]
     ids = torch.stack([torch.nn.functional.pad(r, (0, width + block - len(r)), value=-1) for r in rows])  # [b, W+block]

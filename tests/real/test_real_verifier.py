@@ -192,13 +192,19 @@ def test_generate_chat_command_answers_like_hf_greedy_and_streams(smollm2, refer
     assert main(["generate", "--verifier", NAME, "--chat", question, "--temperature", "0", "--max-new-tokens",
                  str(NEW_TOKENS), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["config"]["drafter"] == "lookup" and out["exact"]  # a real verifier's default drafter
+    assert out["config"]["drafter"] == f"{NAME}-dflash" and out["exact"]  # its distilled drafter, by default
     generation = out["generations"][0]
     assert_greedy_equal("generate --chat", [generation["token_ids"]], [references[0]])
     assert generation["token_ids"][-1] == 2 and "Paris" in generation["text"]  # stopped at <|im_end|>
     assert main(["generate", "--verifier", NAME, "--chat", question, "--temperature", "0", "--max-new-tokens",
                  "12", "--stream"]) == 0
     assert generation["text"] in capsys.readouterr().out
+    for kind in ("dflash", "ar", "lookup"):  # --drafter dflash / ar: this verifier's own distilled drafters
+        assert main(["generate", "--verifier", NAME, "--drafter", kind, "--chat", question, "--temperature", "0",
+                     "--max-new-tokens", str(NEW_TOKENS), "--json"]) == 0
+        out = json.loads(capsys.readouterr().out)
+        assert out["config"]["drafter"] == (kind if kind == "lookup" else f"{NAME}-{kind}")
+        assert_greedy_equal(f"generate --drafter {kind}", [out["generations"][0]["token_ids"]], [references[0]])
 
 
 def test_testbed_drafters_are_refused_for_the_real_verifier_with_the_reason(smollm2, capsys):

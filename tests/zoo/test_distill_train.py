@@ -115,3 +115,35 @@ def test_a_drafter_trained_for_another_verifier_is_refused_naming_both(setup):
         distill_train.train("ar", setup["other"], setup["data"], setup["root"] / "x", steps=1, show_progress=False)
     with pytest.raises(ValueError, match="is a ar drafter for"):  # nor another run's checkpoint resumed
         distill_train.train("dflash", setup["verifier"], setup["data"], out, steps=1, show_progress=False)
+
+
+def test_the_loaded_dflash_drafter_proposes_what_training_predicted(setup):
+    """The drafter at inference (engine hidden states, KV cache, anchor state, draft vocabulary) computes what the
+    training loss saw: the greedy draft after an anchor equals the argmax of the training forward there."""
+    from specdiff import models
+    from specdiff.zoo_tools.distill_data import load_shards
+
+    out = setup["root"] / "teacher-forced"
+    settings = dict(batch=2, anchors=1, block=5, intermediate=48, gamma=4.0, lr=1e-2)
+    distill_train.train("dflash", setup["verifier"], setup["data"], out, steps=6, draft_size=24,
+                        show_progress=False, **settings)
+    verifier = models.load(setup["verifier"], temperature=0.0)
+    drafter = models.load(str(out), role="drafter", verifier=verifier)
+    assert drafter.anchor_state and drafter.model.config.specdiff_anchor_state
+    prompt, response = load_shards(setup["data"])[0]
+    ids = torch.tensor([prompt + response])
+    anchor = len(prompt) + 1
+    with torch.no_grad():
+        states = verifier.model(input_ids=ids, output_hidden_states=True).hidden_states
+        context = torch.cat([states[i] for i in drafter.verifier_hidden_layers], dim=-1)  # [1, L, W]
+        head = verifier.model.get_output_embeddings().weight[drafter.draft_to_target]
+        to_draft = torch.full((verifier.vocab_size,), -100)
+        to_draft[drafter.draft_to_target] = torch.arange(len(drafter.draft_to_target))
+        logits, _ = distill_train._dflash_logits(drafter.model, verifier.model, head, to_draft, [(prompt, response)],
+                                                 [context[0]], {**distill_train.DEFAULTS["dflash"], **settings},
+                                                 None, anchors_at=[[anchor]])
+    trained = drafter.draft_to_target[logits[0, 0].argmax(-1)].tolist()  # [B]
+    prefix = ids[:, :anchor + 1]
+    keys = torch.ones_like(prefix, dtype=torch.bool)
+    drafter.start(prefix, keys, verifier_hidden=context[:, :anchor])
+    assert drafter.propose(prefix, keys, 4).tokens[0].tolist() == trained
