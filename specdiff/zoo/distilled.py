@@ -7,7 +7,8 @@ A distilled drafter's folder (`specdiff distill --out DIR`, or `DISTILLED_DIR/<v
   for DFlash its LM head) are not stored: `build` takes them from the verifier at load time;
 - draft_vocab.json (DFlash): `draft_to_target`, the verifier id of each row of the drafter's head (d2t).
 
-The shipped weights' sha256 are in `DISTILLED_DIR/manifest.json` (`specdiff.manifest`).
+The shipped weights' sha256 are in `DISTILLED_DIR/manifest.json` (`specdiff.manifest`);
+`SPECDIFF_DISTILLED_DIR` points `DISTILLED_DIR` at another folder of `<verifier>-<kind>/` drafters.
 """
 from __future__ import annotations
 
