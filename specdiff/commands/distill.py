@@ -23,6 +23,8 @@ def register(subparsers) -> None:
     distill.add_argument("--out", help="output folder (resumes from its checkpoint.pt)")
     distill.add_argument("--data", default=None, help="data folder (default data/distill/VERIFIER)")
     distill.add_argument("--steps", type=positive_int, default=None, help="optimiser steps (default per kind)")
+    distill.add_argument("--shards", type=positive_int, default=None,
+                         help="train on the first N data shards only (default all)")
     distill.add_argument("--draft-vocab", type=positive_int, default=None,
                          help="dflash: draft vocabulary size (default 8192)")
     distill.add_argument("--threads", type=positive_int, default=None, help="torch threads (default: torch's)")
@@ -85,7 +87,8 @@ def run_train(args) -> int:
         torch.set_num_threads(args.threads)
     data = args.data or f"data/distill/{args.verifier}"
     summary = train(args.kind, args.verifier, data, args.out, steps=args.steps,
-                    draft_size=args.draft_vocab or DRAFT_SIZE, seed=args.seed, show_progress=not args.json)
+                    draft_size=args.draft_vocab or DRAFT_SIZE, seed=args.seed, show_progress=not args.json,
+                    shards=args.shards)
     summary["out"] = args.out
     print(json.dumps(summary) if args.json else "  ".join(f"{k}: {v}" for k, v in summary.items()))
     return 0

@@ -139,11 +139,11 @@ def generate(out_dir: str | Path, verifier: str, shards: int, samples: int = 64,
     return index
 
 
-def load_shards(out_dir: str | Path) -> list[tuple[list[int], list[int]]]:
-    """Every stored conversation as (prompt ids, response ids)."""
+def load_shards(out_dir: str | Path, shards: int | None = None) -> list[tuple[list[int], list[int]]]:
+    """Every stored conversation (of the first `shards` shards) as (prompt ids, response ids)."""
     out = Path(out_dir)
     conversations = []
-    for shard in _read_index(out, None)["shards"]:
+    for shard in _read_index(out, None)["shards"][:shards]:
         data = np.load(out / shard["file"])
         tokens = data["tokens"].astype(np.int64)
         start = 0

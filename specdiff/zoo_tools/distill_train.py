@@ -71,10 +71,11 @@ def draft_vocabulary(conversations, size: int, verifier_vocab: int, always=()) -
 
 def train(kind: str, verifier: str, data_dir: str | Path, out: str | Path, steps: int | None = None,
           draft_size: int = DRAFT_SIZE, seed: int = 0, show_progress: bool = True, save_every_s: float = 120.0,
-          until_step: int | None = None, **options) -> dict:
+          until_step: int | None = None, shards: int | None = None, **options) -> dict:
     """Trains (or resumes) a `kind` drafter for `verifier` into `out`; writes the final weights there and
     returns a summary (steps, seconds, final loss, draft vocabulary size). until_step: stop there (saved, to
-    be resumed: the schedule is still the one of `steps`)."""
+    be resumed: the schedule is still the one of `steps`). shards: train on the first `shards` data shards
+    only (default all; a resumed run keeps its own)."""
     from specdiff import models
     from specdiff.progress import progress
     from specdiff.zoo_tools.distill_data import _read_index, load_shards
@@ -93,7 +94,8 @@ def train(kind: str, verifier: str, data_dir: str | Path, out: str | Path, steps
                              f"drafter for {verifier}: use another --out")
         settings = {**state.get("settings", settings), "steps": steps or state.get("settings", settings)["steps"]}
     _read_index(Path(data_dir), verifier)  # data written by another verifier is refused, naming both
-    conversations = load_shards(data_dir)
+    settings["shards"] = settings.get("shards", shards)
+    conversations = load_shards(data_dir, settings["shards"])
     if not conversations:
         raise ValueError(f"{data_dir} holds no conversations: run `specdiff distill data --verifier {verifier}`")
     target = models.load(verifier).model.float().eval()
@@ -119,7 +121,7 @@ def train(kind: str, verifier: str, data_dir: str | Path, out: str | Path, steps
     to_draft[torch.as_tensor(d2t)] = torch.arange(len(d2t))
     layers = list(getattr(model.config, "target_layer_ids", []) or [])
     hidden = _hidden_states(target, layers, data_dir, out / ("hidden-" + "-".join(map(str, layers))),
-                            show_progress) if kind == "dflash" else None
+                            show_progress, settings["shards"]) if kind == "dflash" else None
     bar = progress(total=settings["steps"], initial=step, desc=f"distill {kind}", unit="step",
                    enabled=show_progress, leave=True)
     last_save = time.monotonic()
@@ -216,15 +218,16 @@ def _mask_token(target) -> int:
     return int(getattr(target.config, "specdiff_mask_token_id", None) or 4)
 
 
-def _hidden_states(target, layers, data_dir, folder: Path, show_progress: bool) -> list[torch.Tensor]:
+def _hidden_states(target, layers, data_dir, folder: Path, show_progress: bool,
+                   shards: int | None = None) -> list[torch.Tensor]:
     """Per conversation [L, len(layers) * H] float16: the verifier's hidden states (cached per shard)."""
     from specdiff.progress import progress
     from specdiff.zoo_tools.distill_data import _read_index
 
     folder.mkdir(parents=True, exist_ok=True)
-    shards = _read_index(Path(data_dir), None)["shards"]
+    records = _read_index(Path(data_dir), None)["shards"][:shards]
     states = []
-    for shard in progress(shards, desc="verifier hidden states", unit="shard", enabled=show_progress, leave=True):
+    for shard in progress(records, desc="verifier hidden states", unit="shard", enabled=show_progress, leave=True):
         path = folder / (Path(shard["file"]).stem + ".pt")
         if not path.exists():
             data = np.load(Path(data_dir) / shard["file"])
