@@ -360,5 +360,6 @@ def _save_drafter(model, kind: str, verifier: str, d2t: np.ndarray, out: Path, s
     save_file(weights, str(out / "model.safetensors"), metadata={"format": "pt"})
     (out / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
     if kind == "dflash":
-        (out / "draft_vocab.json").write_text(json.dumps({"draft_to_target": [int(i) for i in d2t]}) + "\n")
+        (out / "draft_vocab.json").write_text(json.dumps({"draft_to_target": [int(i) for i in d2t]},
+                                                         separators=(",", ":")) + "\n")
     (out / "training.json").write_text(json.dumps(summary, indent=2) + "\n")
