@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 
-def drafter_from(folder: Path, verifier, settings_kind: str | None = None):
+def drafter_from(folder: Path, verifier):
     from specdiff import models
     from specdiff.zoo import distilled
     from specdiff.zoo_tools import distill_train
@@ -22,8 +22,7 @@ def drafter_from(folder: Path, verifier, settings_kind: str | None = None):
         return models.wrap_distilled(distilled.build(folder, verifier.model), verifier)
     state = torch.load(folder / "checkpoint.pt", weights_only=False)
     kind = state["kind"]
-    settings = {**distill_train.DEFAULTS[kind], **json.loads((folder / "settings.json").read_text())} if (
-        folder / "settings.json").is_file() else dict(distill_train.DEFAULTS[kind])
+    settings = state.get("settings") or dict(distill_train.DEFAULTS[kind])  # the run's own settings
     model = distill_train._build(kind, verifier.model, settings)
     model.load_state_dict(state["model"], strict=False)
     d2t = torch.tensor(state["d2t"]) if kind == "dflash" else None

@@ -59,7 +59,8 @@ WARMUP = 50
 
 
 def draft_vocabulary(conversations, size: int, verifier_vocab: int, always=()) -> np.ndarray:
-    """draft_to_target [size] int64: the most frequent response tokens first (then prompt tokens, then ids)."""
+    """draft_to_target [size] int64, sorted by id: the `size` most frequent response tokens (`always` forced in;
+    ties broken by prompt counts, then by id)."""
     counts = np.zeros(verifier_vocab, dtype=np.float64)
     for prompt, response in conversations:
         np.add.at(counts, np.asarray(response, dtype=np.int64), 1.0)

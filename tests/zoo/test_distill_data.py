@@ -11,22 +11,27 @@ import pytest
 from specdiff.zoo_tools import distill_data
 
 
-@pytest.fixture
-def verifier_dir(tmp_path):
+def _tiny_verifier(path, tok):
+    """A one-layer Llama over the testbed tokenizer, saved with it in `path`."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
+    config = LlamaConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=1, eos_token_id=tok.eos_token_id,
+                         pad_token_id=tok.pad_token_id, tie_word_embeddings=True)
+    LlamaForCausalLM(config).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+@pytest.fixture
+def verifier_dir(tmp_path):
     from specdiff import zoo
 
     tok = zoo.tokenizer()
     original = tok.chat_template
     tok.chat_template = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
                          "{% if add_generation_prompt %}<|assistant|>{% endif %}")
-    path = tmp_path / "tiny"
-    config = LlamaConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=1, eos_token_id=tok.eos_token_id,
-                         pad_token_id=tok.pad_token_id, tie_word_embeddings=True)
-    LlamaForCausalLM(config).save_pretrained(path)
-    tok.save_pretrained(path)
+    path = _tiny_verifier(tmp_path / "tiny", tok)
     tok.chat_template = original
     return str(path), tok
 
@@ -79,18 +84,11 @@ def test_uint16_storage_refuses_larger_ids(tmp_path):
 
 
 def test_a_verifier_without_a_chat_template_gets_raw_prompts_and_is_told(tmp_path, monkeypatch):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
     from specdiff import zoo
 
     tok = zoo.tokenizer()
     assert tok.chat_template is None  # the testbed's tokenizer has none
-    path = tmp_path / "base"
-    config = LlamaConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=1, eos_token_id=tok.eos_token_id,
-                         pad_token_id=tok.pad_token_id, tie_word_embeddings=True)
-    LlamaForCausalLM(config).save_pretrained(path)
-    tok.save_pretrained(path)
+    path = _tiny_verifier(tmp_path / "base", tok)
     words = lambda text: tok(text, add_special_tokens=False).input_ids  # noqa: E731
     seen = []
 
