@@ -143,6 +143,13 @@ def wrap_distilled(built, verifier, **options):
 
         _reject_unknown(options, SAMPLING_KEYS + DFLASH_KEYS, "a DFlash drafter")
         drafter = DFlashDrafter(model, verifier, draft_to_target=d2t, **{"temperature": 0.0, **options})
+    elif distilled.ROLES[config["specdiff_role"]] == "masked":
+        from specdiff.drafters.masked import MaskedDiffusionDrafter
+
+        _reject_unknown(options, SAMPLING_KEYS + MASKED_KEYS, "a masked diffusion drafter")
+        drafter = MaskedDiffusionDrafter(model, **{"temperature": 0.0, "top_p": 1.0, "top_k": 0, "steps": 1,
+                                                   "pad_token_id": model.config.pad_token_id or 0, **options})
+        drafter.draft_to_target = d2t
     else:
         from specdiff.drafters.autoregressive import AutoregressiveDrafter
 

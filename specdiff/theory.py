@@ -51,7 +51,9 @@ def emitted_distribution(rule, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor
     probability min(1, gamma*(y)/q(y)), else draw from norm([p~_y - q]+)". Typical and Gated are
     enumerated the same way over y (_by_drafted_token).
     """
-    if isinstance(rule, (Typical, Gated)):
+    if isinstance(rule, Typical):
+        return _typical_emitted(rule, p, q)
+    if isinstance(rule, Gated):
         accept, residual = _by_drafted_token(rule, p, q)
         return q * accept + ((q * (1 - accept)).unsqueeze(-1) * residual).sum(dim=-2)
     if not isinstance(rule, Cactus):
@@ -72,6 +74,18 @@ def emitted_distribution(rule, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor
     accepted_part = q * accept
     rejected_part = ((q * (1 - accept)).unsqueeze(-1) * residual).sum(dim=-2)
     return accepted_part + rejected_part
+
+
+def _typical_emitted(rule: Typical, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """Typical's emitted law in O(V) (its docstring): E(v) = q(v) a(v) + r [p(v) - q(v)]+ / TV(p, q), with
+    a(v) = 1 for typical v, min(1, p(v)/q(v)) otherwise, and r = sum_v q(v) (1 - a(v)). [..., V]"""
+    typical = p > rule.threshold(row_stats(p)).unsqueeze(-1)  # [..., V]
+    safe_q = torch.where(q > 0, q, torch.ones_like(q))
+    accept = torch.where(typical, torch.ones_like(p), torch.clamp(p / safe_q, max=1.0))
+    rejected = (q * (1 - accept)).sum(dim=-1, keepdim=True)  # r
+    excess = (p - q).clamp(min=0)
+    mass = excess.sum(dim=-1, keepdim=True)  # TV(p, q)
+    return q * accept + torch.where(mass > 1e-12, rejected * excess / mass.clamp(min=1e-300), torch.zeros_like(p))
 
 
 def _by_drafted_token(rule, p: torch.Tensor, q: torch.Tensor):

@@ -89,11 +89,12 @@ def register(targets) -> None:
     speedup.add_argument("--threads", type=positive_int, default=None,
                          help="torch threads (default 1: batch-1 decoding of the tiny testbed is bound by per-op "
                               "overhead, which a second thread does not cut; 2 for a real verifier)")
-    speedup.add_argument("--steps", type=positive_int, nargs="+", default=[1, 2, 4, 6, 8], help="K grid (default 1 2 4 6 8)")
+    speedup.add_argument("--steps", type=positive_int, nargs="+", default=None,
+                         help="K grid (default 1 2 4 6 8; a real verifier: 1 2 4 8)")
     speedup.add_argument("--blocks", type=positive_int, nargs="+", default=None,
                          help="B grid (default 8 12 16; a real verifier: 4 8 12 16)")
-    speedup.add_argument("--caches", nargs="+", default=["off", "round", "persistent"],
-                         choices=["off", "round", "persistent"], help="masked drafter prefix caches in the grid")
+    speedup.add_argument("--caches", nargs="+", default=None, choices=["off", "round", "persistent"],
+                         help="masked drafter prefix caches in the grid (default all three; a real verifier: off)")
     speedup.add_argument("--drafters", action="append", default=None, metavar="KIND[,KIND...]",
                          help="drafter kinds measured side by side: masked, ar (always), uniform, block, dflash, "
                               "each its zoo model; a zoo name or a trained checkpoint's folder also works "
@@ -105,9 +106,10 @@ def register(targets) -> None:
                          help="block drafter: confidence threshold tau grid (default 0.7 0.9)")
     speedup.add_argument("--uniform-steps", type=positive_int, nargs="+", default=[1, 2, 4],
                          help="uniform drafter: K grid (default 1 2 4)")
-    speedup.add_argument("--controllers", nargs="+", default=list(ADAPTIVE_CONTROLLERS), metavar="NAME",
+    speedup.add_argument("--controllers", nargs="+", default=None, metavar="NAME",
                          help="the masked drafter's controller grid (docs/adaptive.md; default: "
-                              + " ".join(ADAPTIVE_CONTROLLERS) + ")")
+                              + " ".join(ADAPTIVE_CONTROLLERS) + "; a real verifier: runs.real_tradeoffs."
+                              "REAL_CONTROLLERS; 'none': no adaptive row)")
     speedup.add_argument("--adaptive-steps", type=positive_int, nargs="+", default=[4, 6],
                          help="adaptive grid: the most steps K per round (default 4 6)")
     speedup.add_argument("--adaptive-blocks", type=positive_int, nargs="+", default=[16, 24],
@@ -127,6 +129,12 @@ def register(targets) -> None:
                       "never used for tuning")
     real.add_argument("--hf-assistant", default=None, metavar="PATH",
                       help="a full-vocabulary causal LM drafter: adds transformers' assisted generation as a row")
+    real.add_argument("--tradeoff-steps", type=positive_int, nargs="*", default=None,
+                      help="K of the effort rows of drafters whose effort is K, at their tuned B (default 1 2 4 8; "
+                           "none: no effort rows)")
+    real.add_argument("--leniency", type=_rule_value, nargs="*", default=None, metavar="RULE:VALUE",
+                      help="leniency rows at the tuned B with K = 1 (default linear:0.3 linear:0.6 typical:0.09 "
+                           "typical:0.2; none: no leniency rows)")
     real.add_argument("--temperature", type=float, default=None, help="sample at this temperature (default: greedy)")
     real.add_argument("--top-p", type=float, default=None, help="with --temperature: top-p (default: the verifier's)")
     real.add_argument("--top-k", type=int, default=None,
@@ -143,7 +151,7 @@ def register(targets) -> None:
 
 
 REAL_ONLY = ("prompts_file", "hf_assistant", "temperature", "top_p", "top_k", "tune_max_new_tokens", "tune_repeats",
-             "lookup_ngrams", "hf_lookup_tokens")
+             "lookup_ngrams", "hf_lookup_tokens", "tradeoff_steps", "leniency")
 
 
 def run(args) -> int:
@@ -156,6 +164,9 @@ def run(args) -> int:
         raise ValueError(f"--{given[0].replace('_', '-')} applies to a real verifier (--verifier NAME|PATH), "
                          "not to the testbed's")
     args.threads = 1 if args.threads is None else args.threads
+    args.steps = [1, 2, 4, 6, 8] if args.steps is None else args.steps
+    args.caches = ["off", "round", "persistent"] if args.caches is None else args.caches
+    args.controllers = list(ADAPTIVE_CONTROLLERS) if args.controllers is None else args.controllers
     args.tune_problems = 20 if args.tune_problems is None else args.tune_problems
     args.blocks = [8, 12, 16] if args.blocks is None else args.blocks
     import torch
@@ -196,6 +207,19 @@ def run(args) -> int:
     return 0
 
 
+def _rule_value(text: str) -> tuple[str, float]:
+    """"linear:0.3" -> ("linear", 0.3): a leniency row's rule and its leniency."""
+    import argparse
+
+    rule, _, value = text.partition(":")
+    if rule not in ("linear", "typical", "tv", "cactus") or not value:
+        raise argparse.ArgumentTypeError(f"expected RULE:VALUE with RULE linear, typical, tv or cactus, got {text!r}")
+    try:
+        return rule, float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: the value after ':' must be a number") from None
+
+
 def _run_real(args) -> int:
     """The real-verifier bench: flags -> `real_bench.Settings`, its report printed as JSON."""
     from specdiff.commands.generate import sampling_of
@@ -209,7 +233,10 @@ def _run_real(args) -> int:
     given = {key: value for key, value in dict(
         tune_problems=args.tune_problems, threads=args.threads, blocks=args.blocks, lookup_ngrams=args.lookup_ngrams,
         hf_lookup_tokens=args.hf_lookup_tokens, tune_max_new_tokens=args.tune_max_new_tokens,
-        tune_repeats=args.tune_repeats).items() if value is not None}
+        tune_repeats=args.tune_repeats, steps=args.steps, caches=args.caches,
+        tradeoff_steps=args.tradeoff_steps, leniency=args.leniency,
+        controllers=None if args.controllers is None else _check_controllers(
+            [] if args.controllers == ["none"] else args.controllers)).items() if value is not None}
     settings = real_bench.Settings(
         verifier=args.verifier, prompts_file=args.prompts_file, problems=args.problems,
         first_problem=args.first_problem, repeats=args.repeats, max_new_tokens=args.max_new_tokens, seed=args.seed,

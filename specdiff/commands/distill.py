@@ -1,6 +1,6 @@
 """`specdiff distill`: drafters trained by specdiff for a user's verifier (issue 31).
 
-`specdiff distill --verifier V --kind dflash|ar --out DIR`: trains a drafter on the data below
+`specdiff distill --verifier V --kind dflash|ar|masked --out DIR`: trains a drafter on the data below
 (`specdiff.zoo_tools.distill_train`), resumable from DIR/checkpoint.pt, with a progress bar and a `--json`
 summary; `specdiff generate --verifier V --drafter DIR` then uses it.
 
@@ -18,15 +18,16 @@ def register(subparsers) -> None:
     distill = subparsers.add_parser("distill", help="drafters trained for your verifier, and their data",
                                     description="Distillation for a user's verifier (docs/distill.md).")
     distill.add_argument("--verifier", help="a fetched name, local folder or .gguf file")
-    distill.add_argument("--kind", choices=("dflash", "ar"), help="dflash: one-step block drafter on the "
-                         "verifier's hidden states, reduced draft vocabulary; ar: small full-vocabulary causal LM")
+    distill.add_argument("--kind", choices=("dflash", "ar", "masked"), help="dflash: one-step block drafter on the "
+                         "verifier's hidden states, reduced draft vocabulary; ar: small full-vocabulary causal LM; "
+                         "masked: standalone Dream-style masked diffusion drafter over the draft vocabulary")
     distill.add_argument("--out", help="output folder (resumes from its checkpoint.pt)")
     distill.add_argument("--data", default=None, help="data folder (default data/distill/VERIFIER)")
     distill.add_argument("--steps", type=positive_int, default=None, help="optimiser steps (default per kind)")
     distill.add_argument("--shards", type=positive_int, default=None,
                          help="train on the first N data shards only (default all)")
     distill.add_argument("--draft-vocab", type=positive_int, default=None,
-                         help="dflash: draft vocabulary size (default 8192)")
+                         help="dflash, masked: draft vocabulary size (default 8192)")
     distill.add_argument("--threads", type=positive_int, default=None, help="torch threads (default: torch's)")
     distill.add_argument("--seed", type=int, default=0)
     distill.add_argument("--json", action="store_true", help="print the training summary as JSON")

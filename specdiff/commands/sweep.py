@@ -195,7 +195,7 @@ def _drafter_kind(name: str) -> str:
         return LOOKUP
     if distilled.folder(name) is not None:  # a drafter distilled for a real verifier
         role = json.loads((distilled.folder(name) / "config.json").read_text())["specdiff_role"]
-        return {"dflash": "dflash", "ar": "autoregressive"}[distilled.ROLES[role]]
+        return {"dflash": "dflash", "ar": "autoregressive", "masked": "masked"}[distilled.ROLES[role]]
     path = zoo.model_dir(name) if name in zoo.MODEL_NAMES else Path(name)
     return drafter_kind(json.loads((path / "config.json").read_text()))
 

@@ -87,12 +87,13 @@ class SpeculativeGenerator:
         self.exact = rule.lossless and (proposal == "point_mass" or drafter.exact_marginal_with(**planned))
 
     def generate(self, prompts, max_new_tokens: int = 256, generator: torch.Generator | None = None,
-                 progress: bool = False, on_round=None, on_tokens=None) -> GenerationOutput:
+                 progress: bool = False, on_round=None, on_tokens=None, on_verify=None) -> GenerationOutput:
         """prompts: strings (needs a tokenizer), lists of token ids, or conversations (lists of {"role",
         "content"} messages, put through the tokenizer's chat template with the assistant's turn opened);
         any number, any lengths. on_round(round_index, live_rows), if given, is called after every round
         (instrumentation); on_tokens(prompt_index, new_ids), after every round for each row that emitted
-        tokens (streaming)."""
+        tokens (streaming); on_verify(draft, target_logits [b, W+1, V], result), after every verification
+        (diagnostics of what the rule saw; its work counts in the round's time: untimed runs only)."""
         _check_count("max_new_tokens", max_new_tokens)
         rows = self._tokenize(prompts)
         budgets = self._budgets(rows, int(max_new_tokens))
@@ -104,7 +105,7 @@ class SpeculativeGenerator:
             end = start + self.batch_size
             stream = None if on_tokens is None else (lambda row, new, start=start: on_tokens(start + row, new))
             ids, batch_stats, batch_totals = self._generate_batch(rows[start:end], budgets[start:end], generator,
-                                                                  on_round, stream)
+                                                                  on_round, stream, on_verify)
             token_ids += ids
             stats += batch_stats
             for key in totals:
@@ -119,7 +120,8 @@ class SpeculativeGenerator:
         return GenerationOutput(texts=texts, token_ids=token_ids, stats=stats, summary=summary)
 
     @torch.inference_mode()
-    def _generate_batch(self, rows: list[list[int]], budgets: list[int], generator, on_round=None, on_tokens=None):
+    def _generate_batch(self, rows: list[list[int]], budgets: list[int], generator, on_round=None, on_tokens=None,
+                        on_verify=None):
         drafter, verifier, block = self.drafter, self.verifier, self.block_size
         begin = time.perf_counter()
         ids, key_mask = left_pad(rows, _pad_id(verifier.model), device=verifier.device)  # [b, P]
@@ -166,6 +168,8 @@ class SpeculativeGenerator:
                 result = _verify_ragged(draft, draft_logits, target_logits, untruncated, self.rule, self.method,
                                         generator)
                 lengths = draft.lengths.tolist()
+            if on_verify is not None:
+                on_verify(draft, target_logits, result)
             accepted = result.num_accepted.tolist()  # per-row bookkeeping happens on the host
             if controller is not None:
                 controller.observe(lengths, accepted)

@@ -11,8 +11,8 @@ defaults (the zoo's `configs.SAMPLING`, applied by the loader):
 - lookup: `sd.PromptLookupDrafter`, no model and no effort knob (its n-gram sizes, `LOOKUP_KEYS`, come from
   `RunConfig.extra`); fits any verifier, and is the default drafter of a real verifier that has no drafter
   of its own (`default_drafter`).
-With a real verifier, `dflash` and `ar` name the drafters distilled for it (`specdiff distill`, shipped for
-SmolLM2-135M-Instruct; `for_verifier`), and its default drafter is its distilled DFlash drafter.
+With a real verifier, `dflash`, `ar` and `masked` name the drafters distilled for it (`specdiff distill`,
+shipped for SmolLM2-135M-Instruct; `for_verifier`), and its default drafter is its distilled DFlash drafter.
 `resolve` turns a kind, a zoo name, a distilled drafter or a local checkpoint into (kind, model reference); `require_weights`
 refuses a zoo model that is not trained yet, naming the command that trains it.
 """
@@ -29,7 +29,7 @@ EFFORT = {  # which effort knobs a kind takes (RunConfig fields)
     "masked": ("steps", "threshold"), "block": ("steps", "threshold"), "uniform": ("steps",),
     "dflash": (), "ar": (), "lookup": (),
 }
-DISTILLED_KINDS = ("dflash", "ar")  # kinds `specdiff distill` trains for a real verifier (`for_verifier`)
+DISTILLED_KINDS = ("dflash", "ar", "masked")  # kinds `specdiff distill` trains for a real verifier (`for_verifier`)
 LOOKUP_KEYS = ("max_ngram", "min_ngram", "max_draft")  # `sd.PromptLookupDrafter`'s knobs (RunConfig.extra)
 
 
@@ -45,7 +45,7 @@ def default_drafter(verifier: str) -> str:
 
 
 def for_verifier(drafter: str, verifier: str) -> str:
-    """`--drafter dflash` (or `ar`) with a real verifier: that verifier's own shipped distilled drafter, when
+    """`--drafter dflash` (or `ar`, `masked`) with a real verifier: that verifier's own shipped distilled drafter, when
     there is one; anything else unchanged."""
     from specdiff import models
 

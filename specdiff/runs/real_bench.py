@@ -36,6 +36,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from specdiff.runs.real_tradeoffs import LENIENCY, REAL_CONTROLLERS
+
 DATA = Path(__file__).resolve().parents[1] / "eval" / "tasks" / "data"
 VALIDATION_FILE = DATA / "real_validation.jsonl"  # tuning only: never a measured set
 TEST_FILE = DATA / "real_test.jsonl"  # the held-out prompts the docs' figures are measured on
@@ -67,7 +69,12 @@ class Settings:
     steps: list[int] = field(default_factory=lambda: [1, 2, 4])  # K grid of kinds that take steps
     hf_lookup_tokens: list[int] = field(default_factory=lambda: [3, 5, 10])  # HF prompt lookup's N grid
     hf_assistant: str | None = None  # a full-vocabulary causal LM for HF assisted generation (None: the
-    # verifier's shipped distilled AR drafter, when it has one)
+    # verifier's shipped distilled AR drafter, when it has one; "none": no hf_assisted row)
+    caches: list = field(default_factory=lambda: ["off"])  # prefix caches tried for kinds whose effort is K
+    # the tradeoff rows of drafters whose effort is K (`runs.real_tradeoffs`); empty lists: none
+    tradeoff_steps: list[int] = field(default_factory=lambda: [1, 2, 4, 8])
+    controllers: list[str] = field(default_factory=lambda: list(REAL_CONTROLLERS))
+    leniency: list = field(default_factory=lambda: list(LENIENCY))  # (rule, leniency) pairs
 
 
 @dataclass
@@ -269,7 +276,7 @@ def _first_difference(ids: list[int], reference: list[int]) -> int:
 
 def candidates(kind: str, reference: str, settings: Settings) -> list:
     """A drafter's tuning grid, from its kind's knobs: B (settings.blocks) by prompt lookup's n-gram size
-    (lookup), by K (kinds whose effort is steps), or alone (dflash, ar)."""
+    (lookup), by K and prefix cache (kinds whose effort is steps), or alone (dflash, ar)."""
     from specdiff.runs import RunConfig
     from specdiff.runs.kinds import EFFORT, describe
 
@@ -280,8 +287,9 @@ def candidates(kind: str, reference: str, settings: Settings) -> list:
             configs += [RunConfig(f"lookup B={block} n={n}", extra={"max_ngram": n}, **common)
                         for n in settings.lookup_ngrams]
         elif "steps" in EFFORT.get(kind, ()):
-            configs += [RunConfig(describe(kind, k, None, block), steps=k, **common)
-                        for k in settings.steps if k <= block]
+            configs += [RunConfig(f"{describe(kind, k, None, block)} cache={cache}", steps=k,
+                                  prefix_cache=False if cache == "off" else cache, **common)
+                        for k in settings.steps if k <= block for cache in settings.caches]
         else:
             configs.append(RunConfig(describe(kind, 1, None, block), **common))
     return configs
@@ -381,7 +389,7 @@ def run(settings: Settings, say=None) -> dict:
     """Tunes on validation, then measures every row interleaved on the prompts file; returns the report."""
     import torch
 
-    from specdiff.runs import ModelCache, RunConfig
+    from specdiff.runs import ModelCache, RunConfig, real_tradeoffs
     from specdiff.runs.model_cache import quiet_transformers
 
     say = say or (lambda *a: None)
@@ -395,6 +403,8 @@ def run(settings: Settings, say=None) -> dict:
     from specdiff.zoo import distilled
 
     settings.hf_assistant = settings.hf_assistant or distilled.shipped_for(settings.verifier, "ar")
+    if settings.hf_assistant == "none":
+        settings.hf_assistant = None
     assistant = load_assistant(settings.hf_assistant, verifier) if settings.hf_assistant else None
     prompts = read_prompts(prompts_file, cache.tokenizer(settings.verifier), settings.first_problem, settings.problems)
 
@@ -408,6 +418,11 @@ def run(settings: Settings, say=None) -> dict:
     spec_rows = [f"spec_{kind}" for kind in references]
     for row in spec_rows:
         methods[row] = spec_method(RunConfig(**{**chosen[row]["config"], "name": row}), cache)
+    kinds = real_tradeoffs.effort_kinds(references)
+    extra, lenient = _tradeoff_rows(kinds, settings, cache, tuning, say)
+    for name, config in extra.items():
+        methods[name] = spec_method(config, cache)
+    spec_rows += list(extra)
     records = measure(methods, prompts, settings.max_new_tokens, settings.repeats, settings.seed, say, phase="test")
 
     reference = [r["ids"] for r in records["hf"]] if greedy else None
@@ -416,6 +431,8 @@ def run(settings: Settings, say=None) -> dict:
         rows[name] = {**figures(records[name], prompts, reference), "exact": method.exact}
         if name in chosen:
             rows[name]["config"] = chosen[name]["config"]
+        elif name in extra:
+            rows[name]["config"] = extra[name].as_dict()
         if name == "hf_assisted":
             rows[name]["config"] = {"assistant_model": settings.hf_assistant}
     step_s = rows["ar"]["wall_s"] / max(rows["ar"]["new_tokens"], 1)  # one verifier forward of one token
@@ -424,7 +441,12 @@ def run(settings: Settings, say=None) -> dict:
         rounds = sum(r["rounds"] for r in drafted)
         if rounds:
             rows[row]["drafter_cost_vs_verifier_step"] = sum(r["draft_s"] for r in drafted) / rounds / step_s
-    result = _headline(rows, spec_rows, chosen, references, greedy)
+    for name, config in lenient.items():  # untimed: what the leniency rows emit, beside lossless at K = 1
+        rows[name].update(real_tradeoffs.agreement(config, cache, prompts, settings.max_new_tokens, settings.seed))
+        if config.rule != "lossless":
+            rows[name]["rule"] = f"{config.rule} {config.leniency:g}"
+    result = _headline(rows, [f"spec_{kind}" for kind in references], chosen, references, greedy)
+    result.update(real_tradeoffs.summaries(rows, kinds, chosen))
     sampling = {"temperature": verifier.temperature, "top_p": verifier.top_p, "top_k": verifier.top_k}
     result.update({
         "rows": rows, "tuning": tuning,
@@ -437,6 +459,46 @@ def run(settings: Settings, say=None) -> dict:
         "tuned_on": f"{VALIDATION_FILE.name} (validation, tuning only)", "measured_on": prompts_file.name,
     })
     return result
+
+
+def _tradeoff_rows(kinds: list[str], settings: Settings, cache, tuning: dict, say) -> tuple[dict, dict]:
+    """({row: RunConfig} of the effort, adaptive and leniency rows of `runs.real_tradeoffs`, {row: RunConfig}
+    of the rows whose agreement is measured: the leniency rows and the lossless K = 1 row). The adaptive row's
+    controller is chosen on validation here (recorded in tuning["chosen"] and tuning["grid"])."""
+    from specdiff.runs import RunConfig, real_tradeoffs
+
+    extra, lenient = {}, {}
+    for kind in kinds:
+        tuned = tuning["chosen"][f"spec_{kind}"]["config"]
+        extra.update(real_tradeoffs.effort_configs(kind, tuned, settings.tradeoff_steps))
+        if settings.leniency:
+            lenient_rows = real_tradeoffs.leniency_configs(kind, tuned, settings.leniency)
+            base = f"spec_{kind}" if tuned["steps"] == 1 else f"spec_{kind} K=1"
+            if base not in extra and base != f"spec_{kind}":
+                extra[base] = RunConfig(**{**tuned, "name": base, "steps": 1})
+            lenient[base] = RunConfig(**{**tuned, "name": base, "steps": 1, "proposal": "marginal"})
+            extra.update(lenient_rows)
+            lenient.update({name: RunConfig(**config.as_dict()) for name, config in lenient_rows.items()})
+        if settings.controllers:
+            configs = real_tradeoffs.adaptive_candidates(kind, tuned, settings.controllers, settings.blocks)
+            prompts = validation_prompts(cache.tokenizer(settings.verifier), settings.tune_problems)
+            methods = {config.name: spec_method(config, cache) for config in configs}
+            records = measure(methods, prompts, settings.tune_max_new_tokens, settings.tune_repeats, settings.seed,
+                              say, phase="tune adaptive")
+            grid = []
+            for name, rows in records.items():
+                row = {"name": name, "row": f"spec_{kind}_adaptive", "exact": methods[name].exact, **figures(rows, prompts)}
+                row.pop("per_prompt")
+                grid.append(row)
+            best = choose(grid)
+            config = next(c for c in configs if c.name == best["name"])
+            tuning["grid"] += grid
+            tuning["chosen"][f"spec_{kind}_adaptive"] = {
+                "config": config.as_dict(), "exact": best["exact"], "validation_tokens_per_s": best["tokens_per_s"],
+                "validation_tokens_per_round": best["tokens_per_round"]}
+            say and say(f"tuned spec_{kind}_adaptive: {best['name']}")
+            extra[f"spec_{kind}_adaptive"] = RunConfig(**{**config.as_dict(), "name": f"spec_{kind}_adaptive"})
+    return extra, lenient
 
 
 def _headline(rows: dict, spec_rows: list[str], chosen: dict, references: dict, greedy: bool) -> dict:

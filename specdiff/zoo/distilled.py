@@ -1,11 +1,14 @@
 """Drafters that specdiff distilled for a real verifier (issue 31): the shipped ones and those a user trains.
 
 A distilled drafter's folder (`specdiff distill --out DIR`, or `DISTILLED_DIR/<verifier>-<kind>`) holds:
-- config.json: the model's transformers config plus `specdiff_role` ("distilled-dflash" | "distilled-ar"),
+- config.json: the model's transformers config plus `specdiff_role` ("distilled-dflash" | "distilled-ar" |
+  "distilled-masked"),
   `specdiff_target` (the verifier's name) and `specdiff_target_fingerprint` (`fingerprint`);
 - model.safetensors: the trained weights only, float16. Weights equal to the verifier's (its embeddings, and
-  for DFlash its LM head) are not stored: `build` takes them from the verifier at load time;
-- draft_vocab.json (DFlash): `draft_to_target`, the verifier id of each row of the drafter's head (d2t).
+  for DFlash its LM head) are not stored: `build` takes them from the verifier at load time (the masked
+  drafter's tables are the verifier's embeddings times its trained projection, `specdiff_projection`:
+  `specdiff.zoo_tools.distill_masked`);
+- draft_vocab.json (DFlash, masked): `draft_to_target`, the verifier id of each row of the drafter's head (d2t).
 
 The shipped weights' sha256 are in `DISTILLED_DIR/manifest.json` (`specdiff.manifest`);
 `SPECDIFF_DISTILLED_DIR` points `DISTILLED_DIR` at another folder of `<verifier>-<kind>/` drafters.
@@ -18,7 +21,7 @@ import os
 from pathlib import Path
 
 DISTILLED_DIR = Path(os.environ.get("SPECDIFF_DISTILLED_DIR", Path(__file__).parent / "distilled"))
-ROLES = {"distilled-dflash": "dflash", "distilled-ar": "ar"}
+ROLES = {"distilled-dflash": "dflash", "distilled-ar": "ar", "distilled-masked": "masked"}
 
 
 class WrongVerifier(ValueError):
@@ -76,13 +79,21 @@ def build(path: Path, target, target_name: str | None = None):
     settings = {k: v for k, v in config.items() if not k.startswith("specdiff_") and k != "model_type"}
     model_config = transformers.AutoConfig.for_model(config["model_type"], **settings)
     model_config.specdiff_anchor_state = bool(config.get("specdiff_anchor_state", False))  # read by DFlashDrafter
+    d2t = None
+    if kind in ("dflash", "masked"):
+        d2t = torch.tensor(json.loads((Path(path) / "draft_vocab.json").read_text())["draft_to_target"])
     if kind == "dflash":
         model = transformers.MuseGlimmerAssistantModel(model_config)
-        d2t = torch.tensor(json.loads((Path(path) / "draft_vocab.json").read_text())["draft_to_target"])
+    elif kind == "masked":  # embed(x) = E[x] P, head = E[d2t] P (zoo_tools.distill_masked)
+        model = transformers.Qwen3ForCausalLM(model_config)
+        model.lm_head = torch.nn.Linear(model_config.hidden_size, len(d2t), bias=False)
+        embeddings = target.get_input_embeddings().weight.detach().float().cpu()
+        projection = weights.pop("specdiff_projection").float()
+        weights["model.embed_tokens.weight"] = embeddings @ projection  # [V, d]
+        weights["lm_head.weight"] = embeddings[d2t] @ projection  # [V_d, d]
     else:
         model = transformers.AutoModelForCausalLM.from_config(model_config)
         weights["model.embed_tokens.weight"] = target.get_input_embeddings().weight.detach()
-        d2t = None
     missing, unexpected = model.load_state_dict({k: v.float() for k, v in weights.items()}, strict=False)
     missing = [m for m in missing if not (kind == "ar" and m == "lm_head.weight")]  # tied to the embeddings
     if missing or unexpected:

@@ -1,6 +1,6 @@
 """Training drafters for a user's verifier on its own regenerated conversations (issue 31).
 
-`specdiff distill --verifier V --kind dflash|ar --out DIR` runs `train`. Both kinds read the conversations
+`specdiff distill --verifier V --kind dflash|ar|masked --out DIR` runs `train`. Every kind reads the conversations
 of `specdiff distill data` (`zoo_tools.distill_data`) and keep the verifier frozen.
 
 Terms:
@@ -32,6 +32,9 @@ trained and shipped) and the full vocabulary, so that Hugging Face assisted gene
 assistant. Loss: next-token cross-entropy on `positions` random response positions per conversation (the
 full-vocabulary head dominates the cost).
 
+masked (issue 32): a standalone Dream-style masked diffusion drafter with its own (projected) embeddings over
+the draft vocabulary; its model and objective are `zoo_tools.distill_masked`'s.
+
 Resumable: every `save_every_s` seconds the trainable weights, the optimiser, the step and the generator
 state are written to `<out>/checkpoint.pt` (temporary name, then renamed) with the run's settings; a rerun
 resumes there, with those settings, and ends with the same weights as an uninterrupted run.
@@ -48,12 +51,17 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from specdiff.zoo_tools import distill_masked
+
 TARGET_LAYERS = 5  # DFlash reads this many verifier layers, spread evenly: 1, 8, 15, 22, 29 of SmolLM2's 30
 DEFAULTS = {
     "dflash": dict(steps=4500, batch=4, anchors=16, lr=2e-3, block=16, gamma=4.0, layers=1, intermediate=1536,
                    anchor_state=True),
     "ar": dict(steps=400, batch=8, lr=1e-3, ar_layers=(0,), positions=64),
+    "masked": dict(steps=3000, batch=16, lr=2e-3, block=16, hidden=192, layers=2, heads=3, kv_heads=1,
+                   intermediate=640, ar_weight=1.0, positions=64, all_masked=0.25),
 }
+DRAFT_VOCAB_KINDS = ("dflash", "masked")  # kinds whose head is the draft vocabulary
 DRAFT_SIZE = 8192
 WARMUP = 50
 
@@ -104,10 +112,13 @@ def train(kind: str, verifier: str, data_dir: str | Path, out: str | Path, steps
         p.requires_grad_(False)
     vocab = int(target.config.vocab_size)
     eos = [int(e) for e in np.atleast_1d(target.generation_config.eos_token_id or [])]
-    d2t = draft_vocabulary(conversations, draft_size, vocab, always=eos) if kind == "dflash" else np.arange(vocab)
+    d2t = (draft_vocabulary(conversations, draft_size, vocab, always=eos) if kind in DRAFT_VOCAB_KINDS
+           else np.arange(vocab))
+    if state is not None:
+        d2t = np.asarray(state["d2t"])
     with torch.random.fork_rng():  # the fresh parts' initialisation is a function of the seed
         torch.manual_seed(seed)
-        model = _build(kind, target, settings)
+        model = _build(kind, target, settings, d2t)
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=settings["lr"],
                                   weight_decay=0.01, betas=(0.9, 0.95))
     generator = torch.Generator().manual_seed(seed)
@@ -116,7 +127,7 @@ def train(kind: str, verifier: str, data_dir: str | Path, out: str | Path, steps
         model.load_state_dict(state["model"], strict=False)
         optimizer.load_state_dict(state["optimizer"])
         generator.set_state(state["generator"])
-        step, seconds, losses, d2t = state["step"], state["seconds"], state["losses"], np.asarray(state["d2t"])
+        step, seconds, losses = state["step"], state["seconds"], state["losses"]
     draft_head = target.get_output_embeddings().weight[torch.as_tensor(d2t)]  # [V_d, H] frozen
     to_draft = torch.full((vocab,), -100, dtype=torch.long)
     to_draft[torch.as_tensor(d2t)] = torch.arange(len(d2t))
@@ -136,6 +147,10 @@ def train(kind: str, verifier: str, data_dir: str | Path, out: str | Path, steps
         if kind == "dflash":
             loss = _dflash_loss(model, target, draft_head, to_draft, [conversations[i] for i in picks],
                                 [hidden[i] for i in picks], settings, generator)
+        elif kind == "masked":
+            loss = distill_masked.loss(model, model.specdiff_projection, target.get_input_embeddings().weight,
+                                       target.get_input_embeddings().weight[torch.as_tensor(d2t)], to_draft,
+                                       [conversations[i] for i in picks], settings, generator)
         else:
             loss = _ar_loss(model, [conversations[i] for i in picks], generator, settings.get("positions"))
         optimizer.zero_grad(set_to_none=True)
@@ -161,11 +176,15 @@ def train(kind: str, verifier: str, data_dir: str | Path, out: str | Path, steps
     return summary
 
 
-def _build(kind: str, target, settings: dict):
+def _build(kind: str, target, settings: dict, d2t):
     """A fresh drafter whose trainable parts are started from the verifier where shapes allow."""
     import transformers
 
     tc = target.config
+    if kind == "masked":
+        model, projection = distill_masked.build(target, settings, d2t, _mask_token(target))
+        model.specdiff_projection = projection  # a parameter of the model: saved, loaded and optimised with it
+        return model
     if kind == "dflash":
         config = transformers.MuseGlimmerAssistantConfig(
             hidden_size=tc.hidden_size, intermediate_size=settings["intermediate"],
@@ -354,13 +373,13 @@ def _save_drafter(model, kind: str, verifier: str, d2t: np.ndarray, out: Path, s
 
     config = model.config.to_dict()
     config.update(specdiff_role=f"distilled-{kind}", specdiff_target=verifier, specdiff_target_fingerprint=fingerprint(target),
-                  specdiff_shared_from_target=["embeddings", "lm_head"] if kind == "dflash" else ["embeddings"])
-    if kind == "ar":
+                  specdiff_shared_from_target=["embeddings", "lm_head"] if kind in DRAFT_VOCAB_KINDS else ["embeddings"])
+    if kind in ("ar", "masked"):
         config["architectures"] = [type(model).__name__]
     weights = {n: v.to(torch.float16).contiguous() for n, v in _trainable_state(model).items()}
     save_file(weights, str(out / "model.safetensors"), metadata={"format": "pt"})
     (out / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
-    if kind == "dflash":
+    if kind in DRAFT_VOCAB_KINDS:
         (out / "draft_vocab.json").write_text(json.dumps({"draft_to_target": [int(i) for i in d2t]},
                                                          separators=(",", ":")) + "\n")
     (out / "training.json").write_text(json.dumps(summary, indent=2) + "\n")

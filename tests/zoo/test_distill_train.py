@@ -1,4 +1,4 @@
-"""`specdiff distill --kind dflash|ar` (issue 31; `specdiff.zoo_tools.distill_train`) on a tiny verifier and a
+"""`specdiff distill --kind dflash|ar|masked` (issues 31, 32; `specdiff.zoo_tools.distill_train`) on a tiny verifier and a
 few stored conversations: the draft vocabulary, a resumed run equal to an uninterrupted one, the saved folder
 (trained weights only, float16; the shared ones come from the verifier at load time), loading it as a drafter
 of that verifier, and refusing another verifier, naming both."""
@@ -54,12 +54,16 @@ def test_the_draft_vocabulary_ranks_response_tokens_and_keeps_eos():
     assert distill_train.draft_vocabulary(conversations, 5, 12, always=[11]).tolist() == [3, 4, 5, 9, 11]
 
 
-@pytest.mark.parametrize("kind", ["dflash", "ar"])
+MASKED = dict(batch=2, block=4, hidden=16, layers=1, heads=2, kv_heads=1, intermediate=32, positions=8)
+
+
+@pytest.mark.parametrize("kind", ["dflash", "ar", "masked"])
 def test_a_resumed_run_equals_an_uninterrupted_one_and_loads_as_a_drafter(setup, kind):
     import specdiff as sd
     from specdiff import models
 
-    options = dict(batch=2, anchors=3, block=4, intermediate=48) if kind == "dflash" else dict(batch=2, ar_layers=(0,))
+    options = {"dflash": dict(batch=2, anchors=3, block=4, intermediate=48), "ar": dict(batch=2, ar_layers=(0,)),
+               "masked": MASKED}[kind]
     whole = setup["root"] / f"{kind}-whole"
     summary = distill_train.train(kind, setup["verifier"], setup["data"], whole, steps=4, draft_size=20,
                                   show_progress=False, save_every_s=0.0, **options)
@@ -87,9 +91,12 @@ def test_a_resumed_run_equals_an_uninterrupted_one_and_loads_as_a_drafter(setup,
     assert not any("embed_tokens" in n or "lm_head" in n for n in weights)  # equal to the verifier's: not stored
     verifier = models.load(setup["verifier"], temperature=0.0)
     drafter = models.load(str(whole), role="drafter", verifier=verifier)
-    if kind == "dflash":
+    if kind in ("dflash", "masked"):
         d2t = json.loads((whole / "draft_vocab.json").read_text())["draft_to_target"]
         assert len(d2t) == 20 and drafter.draft_to_target.tolist() == d2t
+    if kind == "masked":  # its own tables: the verifier's embeddings through the trained projection
+        assert type(drafter).__name__ == "MaskedDiffusionDrafter" and drafter.shift_logits
+        assert set(weights) >= {"specdiff_projection"} and drafter.model.lm_head.weight.shape[0] == 20
     gen = sd.SpeculativeGenerator(drafter, verifier, block_size=3)
     prompt = [[setup["tok"].bos_token_id, 7, 8, 9]]
     out = gen.generate(prompt, max_new_tokens=12)
@@ -147,3 +154,32 @@ def test_the_loaded_dflash_drafter_proposes_what_training_predicted(setup):
     keys = torch.ones_like(prefix, dtype=torch.bool)
     drafter.start(prefix, keys, verifier_hidden=context[:, :anchor])
     assert drafter.propose(prefix, keys, 4).tokens[0].tolist() == trained
+
+
+def test_the_loaded_masked_drafter_proposes_what_training_predicted(setup):
+    """The masked drafter at inference (tables rebuilt from the verifier, Dream's shift, draft vocabulary) computes
+    what its training loss saw: its one-step greedy draft of a block equals the argmax of the training forward
+    over the same committed tokens and a fully masked block."""
+    from specdiff import models
+    from specdiff.lm.masks import bidirectional_mask, layer_masks
+    from specdiff.zoo_tools.distill_data import load_shards
+
+    out = setup["root"] / "masked-teacher-forced"
+    distill_train.train("masked", setup["verifier"], setup["data"], out, steps=6, draft_size=24, show_progress=False,
+                        **{**MASKED, "lr": 1e-2})
+    verifier = models.load(setup["verifier"], temperature=0.0)
+    drafter = models.load(str(out), role="drafter", verifier=verifier, steps=1)
+    state = torch.load(out / "checkpoint.pt", weights_only=False)
+    prompt, response = load_shards(setup["data"])[0]
+    context = torch.tensor([prompt + response[:3]])  # [1, L]
+    block = 4
+    noisy = torch.cat([context, torch.full((1, block), drafter.mask_token_id)], dim=1)  # [1, L + B]
+    embeddings = verifier.model.get_input_embeddings().weight
+    with torch.no_grad():
+        states = drafter.model.model(inputs_embeds=embeddings[noisy] @ state["model"]["specdiff_projection"],
+                                     attention_mask=layer_masks(drafter.model, bidirectional_mask(torch.ones_like(noisy, dtype=torch.bool))),
+                                     is_causal=False).last_hidden_state  # [1, L + B, d]
+        head = embeddings[drafter.draft_to_target] @ state["model"]["specdiff_projection"]  # [V_d, d]
+        trained = drafter.draft_to_target[(states[0, -block - 1:-1] @ head.T).argmax(-1)].tolist()  # shifted
+    keys = torch.ones_like(context, dtype=torch.bool)
+    assert drafter.propose(context, keys, block).tokens[0].tolist() == trained
