@@ -154,3 +154,48 @@ def test_tuning_picks_the_fastest_and_breaks_near_ties_by_tokens_per_round():
             {"name": "c", "tokens_per_s": 90.0, "tokens_per_round": 4.0}]  # slower: never chosen for its rounds
     assert real_bench.choose(rows)["name"] == "b"
     assert real_bench.choose(rows[::2])["name"] == "a"
+
+
+@pytest.fixture(scope="module")
+def tiny_masked(tiny, tmp_path_factory):
+    """A masked drafter distilled (a few steps) for the tiny verifier, on random stored conversations."""
+    import numpy as np
+
+    from specdiff.zoo_tools import distill_data, distill_train
+
+    root = tmp_path_factory.mktemp("masked")
+    rng = np.random.default_rng(0)
+    prompts = [rng.integers(5, 40, size=6).tolist() for _ in range(6)]
+    responses = [rng.integers(5, 30, size=10).tolist() + [2] for _ in range(6)]
+    index = {"verifier": tiny["verifier"],
+             "shards": [distill_data._write_shard(root, 0, prompts, responses, [str(i) for i in range(6)], 0.0)]}
+    distill_data._write_index(root, index)
+    distill_train.train("masked", tiny["verifier"], root, root / "drafter", steps=2, draft_size=40, show_progress=False,
+                        batch=2, block=4, hidden=16, layers=1, heads=2, kv_heads=1, intermediate=32, positions=8)
+    return str(root / "drafter")
+
+
+def test_a_drafter_whose_effort_is_k_gets_the_tradeoff_adaptive_and_leniency_rows(tiny, tiny_masked, capsys):
+    """Issue 32: the K tradeoff at the tuned B, a controller chosen on validation against the tuned fixed row, and
+    leniency rows at K = 1 beside Lossless with what they emit (Lossless emits the verifier's law: TV 0)."""
+    assert main(["bench", "speedup", "--verifier", tiny["verifier"], "--drafters", tiny_masked, "--temperature", "0.8",
+                 "--prompts-file", str(real_bench.TEST_FILE), *TINY, "--steps", "1", "2", "--tradeoff-steps", "1", "2",
+                 "--leniency", "linear:1", "typical:0.2", "--controllers", "confidence:floor=0.3"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    rows, tuned = out["rows"], out["tuning"]["chosen"]["spec_masked"]["config"]
+    assert [entry["K"] for entry in out["k_tradeoff"]["masked"]] == [1, 2]
+    for entry in out["k_tradeoff"]["masked"]:  # every K at the tuned B, measured beside the other rows
+        assert rows[entry["row"]]["config"]["block_size"] == tuned["block_size"]
+        assert rows[entry["row"]]["config"]["steps"] == entry["K"] and entry["tokens_per_s"] > 0
+    lenient = {entry["rule"]: entry for entry in out["leniency"]["masked"]}
+    assert set(lenient) == {"lossless", "linear 1", "typical 0.2"}
+    assert lenient["lossless"]["emitted_tv"] == 0 and lenient["lossless"]["tokens_per_call_vs_lossless"] == 1
+    assert lenient["linear 1"]["emitted_tv"] > 0.05  # Linear(1) emits q itself: far from a random verifier's p
+    assert lenient["linear 1"]["tokens_per_call_vs_lossless"] > 1  # and accepts every draft (always longer rounds)
+    for entry in lenient.values():
+        assert 0 <= entry["greedy_agreement"] <= 1 and rows[entry["row"]]["config"]["steps"] == 1
+    adaptive = out["tuning"]["chosen"]["spec_masked_adaptive"]["config"]
+    assert adaptive["controller"] == "confidence:floor=0.3"
+    assert any(row["row"] == "spec_masked_adaptive" for row in out["tuning"]["grid"])  # chosen on validation
+    assert out["speedup_adaptive_vs_fixed"]["masked"] == pytest.approx(
+        rows["spec_masked_adaptive"]["tokens_per_s"] / rows["spec_masked"]["tokens_per_s"])
