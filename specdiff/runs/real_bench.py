@@ -89,7 +89,7 @@ def default_drafters(verifier: str) -> list[str]:
     """The drafters distilled for this verifier and shipped (`specdiff.zoo.distilled`), then prompt lookup."""
     from specdiff.zoo import distilled
 
-    return [name for kind in ("dflash", "ar") if (name := distilled.shipped_for(verifier, kind))] + list(
+    return [name for kind in ("dflash", "ar", "masked") if (name := distilled.shipped_for(verifier, kind))] + list(
         DEFAULT_DRAFTERS)
 
 

@@ -108,18 +108,20 @@ def _shipped(kind: str):
     return name
 
 
-@pytest.mark.parametrize("drafter_kind", ["lookup", "ar-self", "dflash", "ar"])
+@pytest.mark.parametrize("drafter_kind", ["lookup", "ar-self", "dflash", "ar", "masked"])
 def test_greedy_speculative_equals_hf_greedy_on_smollm2(smollm2, references, drafter_kind):
     from specdiff import models
 
     verifier, tok = smollm2
-    if drafter_kind in ("dflash", "ar"):  # the drafters distilled for it and shipped (issue 31)
-        drafter = models.load(_shipped(drafter_kind), role="drafter", verifier=verifier)
+    if drafter_kind in ("dflash", "ar", "masked"):  # the drafters distilled for it and shipped (issues 31, 32)
+        options = {"steps": 2, "prefix_cache": "persistent"} if drafter_kind == "masked" else {}
+        drafter = models.load(_shipped(drafter_kind), role="drafter", verifier=verifier, **options)
     else:
         drafter = (sd.PromptLookupDrafter() if drafter_kind == "lookup"
                    else sd.AutoregressiveDrafter(verifier.model, temperature=0.0))
     for batch_size, rows in ((1, [0, 2]), (4, [0, 1, 2, 3])):
-        gen = sd.SpeculativeGenerator(drafter, verifier, block_size=6, tokenizer=tok, batch_size=batch_size)
+        extra = {"proposal": "point_mass"} if drafter_kind == "masked" else {}  # K = 2: q is not its marginal
+        gen = sd.SpeculativeGenerator(drafter, verifier, block_size=6, tokenizer=tok, batch_size=batch_size, **extra)
         assert gen.exact
         out = gen.generate([CONVERSATIONS[i] for i in rows], max_new_tokens=NEW_TOKENS)
         assert_greedy_equal(f"{drafter_kind} batch {batch_size}", out.token_ids, [references[i] for i in rows])
@@ -129,7 +131,7 @@ def test_greedy_speculative_equals_hf_greedy_on_smollm2(smollm2, references, dra
             assert sum(stats.accepted) + stats.rounds >= stats.new_tokens >= sum(stats.accepted)
 
 
-@pytest.mark.parametrize("drafter_kind", ["ar-hot", "dflash"])
+@pytest.mark.parametrize("drafter_kind", ["ar-hot", "dflash", "masked"])
 def test_sampled_speculation_matches_the_verifiers_law_on_smollm2(smollm2, drafter_kind):
     from scipy.stats import chisquare
 
@@ -142,6 +144,10 @@ def test_sampled_speculation_matches_the_verifiers_law_on_smollm2(smollm2, draft
         sampled.name = NAME
         drafter = models.load(_shipped("dflash"), role="drafter", verifier=sampled, temperature=1.0)
         assert drafter.draft_to_target is not None and len(drafter.draft_to_target) < verifier.vocab_size
+    elif drafter_kind == "masked":  # the shipped masked drafter, K = 1 (its exact marginal), draft vocabulary
+        sampled.name = NAME
+        drafter = models.load(_shipped("masked"), role="drafter", verifier=sampled, temperature=1.0, steps=1)
+        assert drafter.draft_to_target is not None and drafter.exact_marginal
     else:
         drafter = sd.AutoregressiveDrafter(verifier.model, temperature=1.3, top_p=1.0, top_k=0)
     prompt = tok("My favourite colour is").input_ids
