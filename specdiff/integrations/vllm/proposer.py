@@ -17,8 +17,17 @@ That is always exact (docs/architecture.md, Exactness), whatever the unmasking o
 rule of the plugin it is the relaxed chain with point-mass q.
 
 additional_config["specdiff"] keys read here (settings.PROPOSER_KEYS): `drafter` (a local checkpoint
-or a zoo name: masked, block), `steps` (K) or `threshold` (tau), `order`, `temperature`, `top_p`,
-`top_k`, `device` (default: the worker's if it is CPU or CUDA), `seed` (the drafter's sampling).
+or a zoo name: masked, block, or a drafter specdiff distilled, e.g. "smollm2-135m-instruct-masked"),
+`steps` (K) or `threshold` (tau), `order`, `temperature`, `top_p`, `top_k`, `device` (default: the
+worker's if it is CPU or CUDA), `seed` (the drafter's sampling), `verifier` (distilled drafters only).
+
+A distilled drafter (`specdiff.zoo.distilled`) stores only its trained weights: its tables are completed
+from a verifier's embeddings when it loads, and it refuses a verifier it was not trained for. The
+proposer completes it from `verifier` if given, else from the served model when that is a local folder
+(the converted checkpoint vLLM serves; so a drafter for another verifier fails at engine start), else
+from the verifier it was trained for. Its draft vocabulary (`draft_to_target` [V_d], the verifier id of
+each row of its head) is applied inside the drafter, so the drafted tokens are verifier ids; the
+proposer checks at start that the drafter's ids fit the served vocabulary.
 The drafter runs with transformers in the worker, outside vLLM's KV cache, re-encoding each request's
 committed tokens every step (no prefix cache): it is a functional path, not a fast one.
 """
@@ -45,11 +54,17 @@ class DiffusionProposer:
         self.num_speculative_tokens = int(spec.num_speculative_tokens)
         self.max_model_len = int(vllm_config.model_config.max_model_len)
         options = {key: settings[key] for key in DRAFTER_OPTIONS if key in settings}
-        self.drafter = models.load(settings["drafter"], role="drafter", **options)
+        verifier = _verifier_for(settings, vllm_config)
+        self.drafter = models.load(settings["drafter"], role="drafter", verifier=verifier, **options)
+        del verifier  # a distilled drafter keeps its own tables; the verifier's weights are not needed again
         kind = type(self.drafter).__name__
         if kind not in ("MaskedDiffusionDrafter", "BlockDiffusionDrafter"):
             raise SpecdiffConfigError(f"DiffusionProposer runs masked and block diffusion drafters; "
                                       f"{settings['drafter']!r} is a {kind}")
+        served_vocab = int(vllm_config.model_config.get_vocab_size())
+        if self.drafter.vocab_size > served_vocab:
+            raise SpecdiffConfigError(f"the drafter {settings['drafter']!r} drafts ids of a {self.drafter.vocab_size}-"
+                                      f"token vocabulary; the served model has {served_vocab}")
         self.device = torch.device(settings.get("device") or _worker_device(vllm_config))
         self.drafter.model.to(self.device)
         self.pad_id = int(getattr(self.drafter, "pad_token_id", None) or 0)
@@ -83,6 +98,21 @@ class DiffusionProposer:
         for r, tokens in zip(rows, draft.tokens.tolist()):  # [b, B]
             drafts[r] = [int(t) for t in tokens]
         return drafts
+
+
+def _verifier_for(settings: dict, vllm_config):
+    """The `sd.Verifier` a distilled drafter is completed from (module docstring), or None for other drafters."""
+    from pathlib import Path
+
+    from specdiff import models
+    from specdiff.zoo import distilled
+
+    if distilled.folder(settings["drafter"]) is None:
+        return None
+    if settings.get("verifier"):
+        return models.load(settings["verifier"])
+    served = Path(str(vllm_config.model_config.model))
+    return models.load(str(served)) if (served / "config.json").is_file() else None
 
 
 def _worker_device(vllm_config) -> str:

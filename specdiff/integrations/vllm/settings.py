@@ -43,7 +43,8 @@ from specdiff.runs.config import RULES, SUPPORTS, make_rule
 KEY = "specdiff"  # the key of additional_config and of a request's extra_args
 RULE_ALIASES = {"tvbudget": "tv", "tv_budget": "tv"}
 RULE_KEYS = ("rule", "leniency", "typical_delta", "gate_top", "gate_entropy", "support")
-PROPOSER_KEYS = ("drafter", "steps", "threshold", "order", "temperature", "top_p", "top_k", "device", "seed")
+PROPOSER_KEYS = ("drafter", "steps", "threshold", "order", "temperature", "top_p", "top_k", "device", "seed",
+                 "verifier")
 ENGINE_KEYS = RULE_KEYS + PROPOSER_KEYS
 SUPPORTED = ("truncated",)  # the supports the plugin can verify against (vLLM hands it the truncated target)
 LENIENCY = {"linear": "lam", "tv": "eps", "cactus": "delta", "typical": "epsilon"}
