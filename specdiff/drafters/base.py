@@ -85,7 +85,7 @@ class Drafter:
     def vocab_size(self) -> int:
         """Size of the distributions in `Draft.probs` (must equal the verifier's): the model's rows, or
         fewer where `fit_vocabulary` dropped the rows the verifier lacks; the verifier's with a draft vocabulary."""
-        if self.draft_to_target is not None:
+        if self.draft_to_target is not None and self.target_vocab is not None:
             return int(self.target_vocab)
         return self.model_vocab_size if self.output_vocab is None else int(self.output_vocab)
 

@@ -44,7 +44,7 @@ from specdiff.drafters.base import Draft, Drafter
 from specdiff.drafters.prefix_cache import PersistentPrefix, round_cache_steps
 from specdiff.lm.cache import cache_kwargs
 from specdiff.lm.masks import bidirectional_mask, layer_masks, position_ids
-from specdiff.drafters.unmasking import ORDERS, unmask_canvas, unmask_planned
+from specdiff.drafters.unmasking import ORDERS, DraftIndex, unmask_canvas, unmask_planned
 from specdiff.lm.sampling import check_sampling
 
 PREFIX_CACHES = (False, "round", "persistent")
@@ -132,8 +132,10 @@ class MaskedDiffusionDrafter(Drafter):
         return Draft(tokens=out, probs=probs, lengths=lengths, confidence=confidence)
 
     def _vocabulary(self):
-        """What `unmasking` fits the logits with: the drafter's `trim` with a draft vocabulary, else output_vocab."""
-        return self.trim if self.draft_to_target is not None else self.output_vocab
+        """What `unmasking` fits the logits with: the draft vocabulary's index, else output_vocab."""
+        if self.draft_to_target is None:
+            return self.output_vocab
+        return DraftIndex(self.draft_to_target, int(self.target_vocab))
 
     def _step_logits_fn(self, tokens: torch.Tensor, key_mask: torch.Tensor, block_size: int):
         """A function canvas [b, B] -> logits [b, B, V] of the canvas positions, one denoising step."""

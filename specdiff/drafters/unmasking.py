@@ -10,14 +10,27 @@ and keeps those the order ranks first:
   tokens; "random"; "left_to_right": strictly left to right (keeps marginal verification exact).
 The distribution a position was sampled from at the step it was unmasked is its q (the first paper's
 Section 3.2 and Proposition 2).
+
+A drafter with a reduced draft vocabulary (`DraftIndex`: d2t, `specdiff.drafters.base`) samples among its V_d
+rows (q is 0 elsewhere, so the law is the same as over the verifier's V with -inf outside), writes verifier
+ids into the canvas, and returns q over the verifier's vocabulary: the per-step work is V_d- not V-sized.
 """
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import torch
 
 from specdiff.lm.sampling import check_finite, sample_rows, sampling_probs
 
 ORDERS = ("entropy", "confidence", "margin", "random", "left_to_right")
+
+
+class DraftIndex(NamedTuple):
+    """A reduced draft vocabulary: row i of the drafter's output is verifier id draft_to_target[i]."""
+
+    draft_to_target: torch.Tensor  # [V_d] long, distinct verifier ids
+    target_vocab: int  # V, the verifier's vocabulary size
 
 
 def unmask_canvas(step_logits, canvas: torch.Tensor, mask_token_id: int, steps: int, threshold: float | None,
@@ -28,27 +41,27 @@ def unmask_canvas(step_logits, canvas: torch.Tensor, mask_token_id: int, steps: 
 
     step_logits: canvas [b, B] -> logits [b, B, V] of every canvas position. Returns (tokens [b, B],
     probs [b, B, V]): probs[r, i] is the filtered distribution token i was sampled from at the step it
-    was unmasked. vocab_size, if given, keeps only the first vocab_size logits (`drafters.vocab`); a callable
-    (a drafter's `trim`, with a reduced draft vocabulary) maps the logits to the verifier's ids."""
+    was unmasked. vocab_size, if given, keeps only the first vocab_size logits (`drafters.vocab`); a
+    `DraftIndex` (a reduced draft vocabulary) samples among its rows (module docstring)."""
     batch, block = canvas.shape
     still_masked = torch.ones(batch, block, dtype=torch.bool, device=canvas.device)  # [b, B]
     probs_out = None
     counts = None if threshold is not None else positions_per_step(block, steps)
     step = 0
     while probs_out is None or bool(still_masked.any()):
-        logits = step_logits(canvas).float()  # [b, B, V]
+        logits = step_logits(canvas).float()  # [b, B, V] (V_d with a draft index)
         check_finite(logits, "drafter")
-        logits = _fit(logits, vocab_size)  # drop rows the verifier lacks, or scatter a draft vocabulary
-        if mask_token_id < logits.shape[-1]:
-            logits[..., mask_token_id] = float("-inf")  # never propose the mask token
+        logits = _fit(logits, vocab_size, mask_token_id)  # never the mask token; only rows the verifier has
         probs = sampling_probs(logits, temperature, top_p, top_k)  # [b, B, V]
-        sampled = sample_rows(probs, generator)  # [b, B]
+        sampled = sample_rows(probs, generator)  # [b, B] rows of the logits
         score = order_score(order, logits, sampled, generator).masked_fill(~still_masked, float("-inf"))
+        drawn = probs.gather(-1, sampled[..., None]).squeeze(-1)  # [b, B]: q of the sampled token
+        sampled = _ids(sampled, vocab_size)  # verifier ids
         if threshold is None:
             chosen = score.topk(counts[step], dim=-1).indices  # [b, k]
             unmask = torch.zeros_like(still_masked).scatter_(1, chosen, True)
         else:
-            confident = probs.gather(-1, sampled[..., None]).squeeze(-1) > threshold  # [b, B]
+            confident = drawn > threshold  # [b, B]
             best = score.argmax(-1, keepdim=True)  # [b, 1]: at least one position per step
             unmask = confident | torch.zeros_like(still_masked).scatter_(1, best, True)
         unmask &= still_masked
@@ -56,7 +69,7 @@ def unmask_canvas(step_logits, canvas: torch.Tensor, mask_token_id: int, steps: 
         probs_out = probs if probs_out is None else torch.where(unmask[..., None], probs, probs_out)
         still_masked &= ~unmask
         step += 1
-    return canvas, probs_out
+    return canvas, _target_probs(probs_out, vocab_size)
 
 
 def order_score(order: str, logits: torch.Tensor, sampled: torch.Tensor, generator) -> torch.Tensor:
@@ -108,15 +121,15 @@ def unmask_planned(step_logits, canvas: torch.Tensor, mask_token_id: int, block_
     probs_out = confidence = None
     step = 0
     while True:
-        logits = step_logits(canvas).float()  # [b, W, V]
+        logits = step_logits(canvas).float()  # [b, W, V] (V_d with a draft index)
         check_finite(logits, "drafter")
-        logits = _fit(logits, vocab_size)
-        if mask_token_id < logits.shape[-1]:
-            logits[..., mask_token_id] = float("-inf")
+        logits = _fit(logits, vocab_size, mask_token_id)
         probs = sampling_probs(logits, temperature, top_p, top_k)  # [b, W, V]
-        sampled = sample_rows(probs, generator)  # [b, W]
+        sampled = sample_rows(probs, generator)  # [b, W] rows of the logits
         top = torch.softmax(logits, dim=-1).amax(-1)  # [b, W]: confidence, from the logits only
         score = order_score(order, logits, sampled, generator).masked_fill(~still_masked, float("-inf"))
+        drawn = probs.gather(-1, sampled[..., None]).squeeze(-1)  # [b, W]: q of the sampled token
+        sampled = _ids(sampled, vocab_size)  # verifier ids
         if threshold is None:
             rank = score.argsort(dim=-1, descending=True).argsort(dim=-1)  # [b, W]: 0 = first in the order
             left = (steps_left - step).clamp(min=1)  # [b]
@@ -125,7 +138,7 @@ def unmask_planned(step_logits, canvas: torch.Tensor, mask_token_id: int, block_
             if finish is not None:  # and every position the drafter is already sure of
                 unmask |= top >= finish[:, None]
         else:
-            confident = probs.gather(-1, sampled[..., None]).squeeze(-1) > threshold  # [b, W]
+            confident = drawn > threshold  # [b, W]
             best = score.argmax(-1, keepdim=True)
             unmask = confident | torch.zeros_like(still_masked).scatter_(1, best, True)
         unmask &= still_masked
@@ -145,11 +158,31 @@ def unmask_planned(step_logits, canvas: torch.Tensor, mask_token_id: int, block_
                 still_masked &= columns < lengths[:, None]
                 pending = still_masked.any(-1)
         if not bool(pending.any()):
-            return canvas, probs_out, lengths, confidence
+            return canvas, _target_probs(probs_out, vocab_size), lengths, confidence
 
 
-def _fit(logits: torch.Tensor, vocab_size) -> torch.Tensor:
-    """logits [..., V_model] -> the verifier's ids: a drafter's `trim` (callable) or its first vocab_size rows."""
-    if callable(vocab_size):
-        return vocab_size(logits)
-    return logits[..., :vocab_size] if vocab_size else logits
+def _fit(logits: torch.Tensor, vocab, mask_token_id: int) -> torch.Tensor:
+    """logits [..., V_model] -> the rows sampled from, the mask token's at -inf: with a `DraftIndex` the draft
+    vocabulary's own rows, else the first `vocab` rows (the verifier's ids; None: all)."""
+    if isinstance(vocab, DraftIndex):
+        mask = (vocab.draft_to_target == mask_token_id).nonzero()
+        if len(mask):
+            logits[..., int(mask[0, 0])] = float("-inf")
+        return logits
+    logits = logits[..., :vocab] if vocab else logits
+    if mask_token_id < logits.shape[-1]:
+        logits[..., mask_token_id] = float("-inf")  # never propose the mask token
+    return logits
+
+
+def _ids(rows: torch.Tensor, vocab) -> torch.Tensor:
+    """Sampled rows of the logits -> verifier ids."""
+    return vocab.draft_to_target.to(rows.device)[rows] if isinstance(vocab, DraftIndex) else rows
+
+
+def _target_probs(probs: torch.Tensor, vocab) -> torch.Tensor:
+    """q [..., V_d] -> [..., V] over the verifier's ids (0 outside the draft vocabulary)."""
+    if not isinstance(vocab, DraftIndex):
+        return probs
+    full = probs.new_zeros((*probs.shape[:-1], int(vocab.target_vocab)))
+    return full.index_copy_(-1, vocab.draft_to_target.to(probs.device), probs)

@@ -72,7 +72,8 @@ class SpeculativeGenerator:
         _check_count("batch_size", batch_size)
         if drafter.vocab_size is None:  # a model-free drafter (prompt lookup) drafts ids it read: any vocabulary
             drafter.adopt_vocabulary(verifier.vocab_size)
-        elif drafter.vocab_size != verifier.vocab_size:
+        elif drafter.vocab_size != verifier.vocab_size or (getattr(drafter, "draft_to_target", None) is not None
+                                                            and drafter.target_vocab is None):
             _fit_vocabulary(drafter, verifier, drafter_tokenizer, tokenizer)
         self.drafter, self.verifier, self.block_size = drafter, verifier, int(block_size)
         # a deterministic drafter (prompt lookup) is always verified with a point mass: its exact law

@@ -8,7 +8,9 @@ variation <= 0.03 and a chi-square p-value >= 1e-4 (see test_exactness.py for wh
   drafter at every K (its last step samples all positions independently), the block drafter at K = 1
   and left-to-right, DFlash (one step);
 - the block drafter with a confidence threshold is flagged inexact in marginal mode;
-- DFlash with a reduced draft vocabulary (`draft_to_target`, issue 31): exact, its q 0 outside the index.
+- DFlash with a reduced draft vocabulary (`draft_to_target`, issue 31): exact, its q 0 outside the index;
+- the masked drafter with a reduced draft vocabulary (issue 32: its head has V_d rows, it samples among them
+  and writes verifier ids, `unmasking.DraftIndex`), with the mask token inside the index or not.
 """
 from __future__ import annotations
 
@@ -28,7 +30,8 @@ def models():
     sdar_like = tiny_qwen3(VOCAB, seed=4, bidirectional=True)  # SDAR stand-in: no shift, block length 4
     sdar_like.config.logits_shift, sdar_like.config.block_size = 0, 4
     dflash = tiny_dflash(verifier, block=4, seed=5)
-    return dict(verifier=verifier, uniform=uniform, block=sdar_like, dflash=dflash,
+    masked = tiny_qwen3(VOCAB, seed=6, bidirectional=True)  # Dream-style stand-in: shift, mask id VOCAB - 1
+    return dict(verifier=verifier, uniform=uniform, block=sdar_like, dflash=dflash, masked=masked,
                 exact=exact_continuations(verifier, PROMPT, LENGTH, **SAMPLING))
 
 
@@ -42,6 +45,20 @@ def _block(m, **kw):
 
 def _dflash(m, **kw):
     return sd.DFlashDrafter(m["dflash"], m["verifier"], **kw)
+
+
+def _masked_index(m, d2t, **kw):
+    """The masked stand-in with a head of len(d2t) rows (seeded), row i drafting verifier id d2t[i]."""
+    import copy
+
+    model = copy.deepcopy(m["masked"])
+    torch.manual_seed(len(d2t))
+    model.lm_head = torch.nn.Linear(model.config.hidden_size, len(d2t), bias=False)
+    with torch.no_grad():
+        model.lm_head.weight.normal_(0.0, 1.5)
+    drafter = sd.MaskedDiffusionDrafter(model, temperature=1.0, top_p=1.0, top_k=0, **kw)
+    drafter.draft_to_target = torch.tensor(d2t)
+    return drafter
 
 
 CASES = [  # (label, drafter factory, block size, proposal, method)
@@ -59,6 +76,11 @@ CASES = [  # (label, drafter factory, block size, proposal, method)
      "marginal", "token"),
     ("dflash draft vocabulary marginal block", lambda m: _dflash(m, temperature=1.0, draft_to_target=[2, 0, 3]), 3,
      "marginal", "block"),
+    ("masked draft vocabulary K=1 marginal", lambda m: _masked_index(m, [0, 2], steps=1), 3, "marginal", "token"),
+    ("masked draft vocabulary left_to_right K=2 marginal block",  # the mask id (3) in the index: never drafted
+     lambda m: _masked_index(m, [1, 2, 3], steps=2, order="left_to_right"), 2, "marginal", "block"),
+    ("masked draft vocabulary entropy K=2 point mass", lambda m: _masked_index(m, [0, 1, 2], steps=2), 3,
+     "point_mass", "token"),
 ]
 
 
