@@ -13,6 +13,14 @@ engine does. Without --target, a tiny Qwen3 pair (head_dim 32, which vLLM's CPU 
 masked drafter from the target's weights are built in a temporary directory: the zoo's testbed models
 (head_dim 24 and 16) do not load in vLLM's CPU backend.
 
+`--verifier NAME|FOLDER` (a real verifier: a fetched name such as smollm2-135m-instruct, or its converted
+folder) times vLLM on it without speculation and with `DiffusionProposer` running `--drafter` (a masked
+drafter specdiff distilled for it: its name, e.g. smollm2-135m-instruct-masked, the default where shipped,
+or a folder), on the bench's held-out chat prompts (`specdiff.runs.real_bench.TEST_FILE`, through the
+verifier's chat template, cycled to the largest concurrency), Lossless unless `--lam` > 0 (Linear),
+at `--temperature` / `--top-p`. Rows: "vllm no speculation" and "vllm DiffusionProposer <rule>"; ratios
+`vllm_speculative_over_plain_c<c>`. See `_real`.
+
 `--arrivals poisson` (staggered arrivals, where continuous batching differs from static batches):
 `--requests` requests arrive at Poisson times at `--rate` per second, with output lengths uniform in
 `--min-tokens`..`--tokens`, at most c in flight; the engines and concurrencies run interleaved, each
@@ -36,11 +44,18 @@ def register(which) -> None:
     parser.add_argument("--json", action="store_true", help="print only the JSON result")
     parser.add_argument("--target", help="target checkpoint (default: a tiny Qwen3 built here)")
     parser.add_argument("--draft", help="draft model for draft_model drafting (default: built with the target)")
-    parser.add_argument("--masked", help="masked diffusion drafter for DiffusionProposer (default: built)")
+    parser.add_argument("--masked", "--drafter", dest="masked",
+                        help="masked diffusion drafter for DiffusionProposer (default: built; with --verifier, the "
+                             "masked drafter distilled for it: a name or a folder)")
+    parser.add_argument("--verifier", help="a real verifier (a fetched name or its converted folder): vLLM without "
+                                           "speculation against vLLM + DiffusionProposer, on chat prompts")
     parser.add_argument("--concurrency", type=positive_int, nargs="+", default=[1, 32])
     parser.add_argument("--tokens", type=positive_int, default=64, help="tokens generated per request")
     parser.add_argument("--block", type=positive_int, default=4, help="drafted tokens per round (B)")
-    parser.add_argument("--lam", type=float, default=0.5, help="Linear's lam")
+    parser.add_argument("--lam", type=float, default=None,
+                        help="Linear's lam (default 0.5; with --verifier 0: Lossless)")
+    parser.add_argument("--temperature", type=float, default=1.0, help="the requests' temperature (0: greedy)")
+    parser.add_argument("--top-p", type=float, default=1.0, help="the requests' top-p")
     parser.add_argument("--steps", type=positive_int, default=2, help="the masked drafter's K")
     parser.add_argument("--repeats", type=positive_int, default=3)
     parser.add_argument("--threads", type=positive_int, default=min(2, os.cpu_count() or 1))
@@ -97,6 +112,11 @@ def run(args) -> int:
     if args.min_tokens is not None and args.min_tokens > args.tokens:
         raise SystemExit(f"--min-tokens ({args.min_tokens}) must not exceed --tokens ({args.tokens})")
     torch.set_num_threads(args.threads)
+    if args.verifier is not None:
+        return _print(args, *_real(args))
+    if (args.temperature, args.top_p) != (1.0, 1.0):
+        raise ValueError("--temperature and --top-p apply with --verifier; the tiny pair's bench runs at temperature 1")
+    args.lam = 0.5 if args.lam is None else args.lam
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as scratch:
         if args.target is None:
@@ -119,9 +139,58 @@ def run(args) -> int:
                 "load_average_after": [round(x, 2) for x in os.getloadavg()]}
     if schedule is not None:
         settings.update(schedule)
-    report = {"settings": settings, "results": results, "ratios": _ratios(results)}
+    return _print(args, settings, results, _ratios(results))
+
+
+def _print(args, settings: dict, results: list[dict], ratios: dict) -> int:
+    report = {"settings": settings, "results": results, "ratios": ratios}
     print(json.dumps(report, indent=None if args.json else 2))
     return 0
+
+
+def _real(args) -> tuple[dict, list[dict], dict]:
+    """(settings, results, ratios) of vLLM on a real verifier without speculation and with DiffusionProposer
+    (module docstring). At each concurrency c: tokens/s and acceptance as `_time_vllm` measures them."""
+    from specdiff import checkpoints, models
+    from specdiff.runs import real_bench
+    from specdiff.zoo import distilled
+
+    name = Path(args.verifier).name
+    folder = Path(args.verifier) if Path(args.verifier).is_dir() else checkpoints.require(args.verifier)
+    drafter = args.masked or distilled.shipped_for(name, "masked")
+    if drafter is None:
+        raise ValueError(f"no masked drafter is shipped for {name!r}: give one with --drafter (a folder that "
+                         f"`specdiff distill --verifier {name} --kind masked --out DIR` wrote)")
+    if args.arrivals != "together":
+        raise ValueError("--verifier times requests arriving together only (--arrivals together)")
+    lam = args.lam or 0.0
+    rule = {"rule": "linear", "leniency": lam} if lam > 0 else {"rule": "lossless"}
+    count = max(args.concurrency)
+    loaded = real_bench.read_prompts(real_bench.TEST_FILE, models.load_tokenizer(str(folder)))
+    prompts = [loaded[i % len(loaded)].ids for i in range(count)]
+    load_before = os.getloadavg()
+    label = rule["rule"] if lam == 0 else f"linear {lam:g}"
+    results = _time_vllm(args, folder, prompts, "vllm no speculation", None, {})
+    _log(args, results)
+    speculative = {"method": "custom_class", "model": "specdiff.integrations.vllm.DiffusionProposer",
+                   "num_speculative_tokens": args.block}
+    extra = {"specdiff": {**rule, "drafter": str(drafter), "steps": args.steps, "seed": args.seed}}
+    results += _time_vllm(args, folder, prompts, f"vllm DiffusionProposer {label}", speculative, extra)
+    _log(args, results[-len(args.concurrency):])
+    import torch
+
+    settings = {"arrivals": "together", "tokens": args.tokens, "block": args.block, "rule": rule, "steps": args.steps,
+                "temperature": args.temperature, "top_p": args.top_p, "threads": args.threads,
+                "engine_threads": torch.get_num_threads(), "repeats": args.repeats,
+                "verifier": str(folder), "drafter": str(drafter), "prompts": f"{real_bench.TEST_FILE.name}, first "
+                f"{min(count, len(loaded))} (cycled to {count}), chat template", "prompt_tokens": [len(p) for p in prompts],
+                "cpu_count": os.cpu_count(), "omp_threads_bind": os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "auto"),
+                "load_average_before": [round(x, 2) for x in load_before],
+                "load_average_after": [round(x, 2) for x in os.getloadavg()]}
+    by = {(r["engine"], r["concurrency"]): r["tokens_per_s"] for r in results}
+    ratios = {f"vllm_speculative_over_plain_c{c}": round(by[(results[-1]["engine"], c)] /
+                                                         by[("vllm no speculation", c)], 3) for c in args.concurrency}
+    return settings, results, ratios
 
 
 def _together(args, target, draft, masked, prompts) -> list[dict]:
@@ -149,11 +218,12 @@ def _time_vllm(args, target, prompts, name, speculative, extra) -> list[dict]:
 
     from vllm import LLM, SamplingParams
 
+    longest = max(len(p) for p in prompts)
     llm = LLM(model=str(target), skip_tokenizer_init=True, enforce_eager=True, dtype="float32", seed=args.seed,
-              max_model_len=16 + args.tokens + args.block + 8, max_num_seqs=max(args.concurrency),
+              max_model_len=longest + args.tokens + args.block + 8, max_num_seqs=max(args.concurrency),
               disable_log_stats=False, distributed_executor_backend="uni", speculative_config=speculative,
               additional_config=extra)
-    params = SamplingParams(temperature=1.0, max_tokens=args.tokens, ignore_eos=True)
+    params = SamplingParams(temperature=args.temperature, top_p=args.top_p, max_tokens=args.tokens, ignore_eos=True)
     out = []
     for concurrency in args.concurrency:
         batch = [{"prompt_token_ids": p} for p in prompts[:concurrency]]
@@ -166,7 +236,8 @@ def _time_vllm(args, target, prompts, name, speculative, extra) -> list[dict]:
             walls.append(time.perf_counter() - start)
         after = _counters(llm)
         drafted = after[1] - before[1]
-        out.append(_row(name, concurrency, args.tokens, walls, (after[0] - before[0]) / drafted if drafted else None))
+        out.append(_row(name, concurrency, args.tokens, walls, (after[0] - before[0]) / drafted if drafted else None,
+                        load=os.getloadavg()[0]))
     del llm
     gc.collect()
     return out
@@ -438,11 +509,13 @@ def _engine_drafters(args, draft, masked):
     yield ("specdiff engine masked-drafter linear", lambda: sd.MaskedDiffusionDrafter(masked_model, steps=args.steps))
 
 
-def _row(name, concurrency, tokens, walls, acceptance) -> dict:
+def _row(name, concurrency, tokens, walls, acceptance, load: float | None = None) -> dict:
+    """One result; load: the 1-minute load average when its timed runs ended."""
     wall = statistics.median(walls)
-    return {"engine": name, "concurrency": concurrency, "wall_s": round(wall, 4),
-            "tokens_per_s": round(concurrency * tokens / wall, 1),
-            "acceptance": None if acceptance is None else round(acceptance, 4)}
+    row = {"engine": name, "concurrency": concurrency, "wall_s": round(wall, 4),
+           "tokens_per_s": round(concurrency * tokens / wall, 1),
+           "acceptance": None if acceptance is None else round(acceptance, 4)}
+    return row if load is None else {**row, "walls_s": [round(w, 3) for w in walls], "load_average_1m": round(load, 2)}
 
 
 def _ratios(results) -> dict:

@@ -11,6 +11,8 @@ as `DiffusionProposer`, its draft vocabulary (8,192 rows, `draft_to_target`) app
   client: greedy chat completions equal those of `vllm serve` without speculation, token for token; the
   acceptance of seeded sampled requests (temperature 0.7, top-p 0.9, one at a time) is the `LLM` class's
   on the same conversations, seeds and settings (within 0.05, >= 200 drafted tokens each).
+- `specdiff bench vllm --verifier ... --drafter ...`: a row per engine and concurrency, with and without
+  speculation, in the tiny bench's JSON shape.
 
 The drafter: `smollm2-135m-instruct-masked` once shipped (`specdiff.zoo.distilled`), or the folder in
 $SPECDIFF_VLLM_DRAFTER (a `specdiff distill --kind masked` export). Skipped, with the reason, when the
@@ -184,3 +186,20 @@ def test_served_greedy_and_acceptance(pair, tmp_path):
     assert greedy == plain
     assert served[1] >= 200 and local[1] >= 200, (served, local)
     assert abs(rates[0] - rates[1]) <= 0.05, (served, local)
+
+
+def test_bench_vllm_on_the_real_pair(pair, capsys):
+    from specdiff.cli import main
+
+    folder, drafter = pair
+    assert main(["bench", "vllm", "--verifier", str(folder), "--drafter", str(drafter), "--concurrency", "1", "2",
+                 "--tokens", "6", "--repeats", "1", "--threads", "1", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert set(report) == {"settings", "results", "ratios"}
+    rows = {(r["engine"], r["concurrency"]): r for r in report["results"]}
+    assert set(rows) == {(engine, c) for engine in ("vllm no speculation", "vllm DiffusionProposer lossless")
+                         for c in (1, 2)}
+    assert all(r["tokens_per_s"] > 0 for r in rows.values())
+    assert rows[("vllm no speculation", 1)]["acceptance"] is None
+    assert rows[("vllm DiffusionProposer lossless", 2)]["acceptance"] is not None
+    assert set(report["ratios"]) == {"vllm_speculative_over_plain_c1", "vllm_speculative_over_plain_c2"}
