@@ -1,5 +1,5 @@
 """Ships a finished `specdiff distill` folder as a named distilled drafter (maintainers only): copies its
-config.json, model.safetensors, draft_vocab.json (DFlash) and training.json into
+config.json, model.safetensors, draft_vocab.json (DFlash, masked) and training.json into
 specdiff/zoo/distilled/NAME and records the weights' and index's sha256 in the manifest there.
 
     python scripts/ship_distilled.py runs/distill/dflash smollm2-135m-instruct-dflash
