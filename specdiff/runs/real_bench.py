@@ -333,7 +333,9 @@ def tune(references: dict, settings: Settings, cache, verifier, say=None) -> dic
                       phase="tune")
     grid = []
     for name, rows in records.items():
-        row = {"name": name, "row": groups[name], "exact": methods[name].exact, **figures(rows, prompts)}
+        config = configs[name]
+        row = {"name": name, "row": groups[name], "exact": methods[name].exact, **figures(rows, prompts),
+               "config": config.as_dict() if hasattr(config, "as_dict") else config}
         row.pop("per_prompt")
         grid.append(row)
     chosen = {}
@@ -470,7 +472,7 @@ def _tradeoff_rows(kinds: list[str], settings: Settings, cache, tuning: dict, sa
     extra, lenient = {}, {}
     for kind in kinds:
         tuned = tuning["chosen"][f"spec_{kind}"]["config"]
-        extra.update(real_tradeoffs.effort_configs(kind, tuned, settings.tradeoff_steps))
+        extra.update(real_tradeoffs.effort_configs(kind, tuned, settings.tradeoff_steps, tuning["grid"]))
         if settings.leniency:
             lenient_rows = real_tradeoffs.leniency_configs(kind, tuned, settings.leniency)
             base = f"spec_{kind}" if tuned["steps"] == 1 else f"spec_{kind} K=1"

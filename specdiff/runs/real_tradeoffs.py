@@ -2,9 +2,9 @@
 (issue 32), for every drafter whose effort is K denoising steps (`runs.kinds.EFFORT`: masked, block,
 uniform), around the configuration the bench tuned for it on validation (`spec_<kind>`: B, K, cache):
 
-- effort rows `spec_<kind> K=k` (`Settings.tradeoff_steps`): the same B and cache at every K, lossless,
-  measured on the test prompts beside every other row. The K tradeoff (Figure 3b, Eq. 6-7): acceptance and
-  tokens per round against the drafter's cost per round.
+- effort rows `spec_<kind> K=k` (`Settings.tradeoff_steps`): at every K, the B and cache fastest on
+  validation for that K (the tuning grid's), lossless, measured on the test prompts beside every other row.
+  The K tradeoff (Figure 3b, Eq. 6-7): acceptance and tokens per round against the drafter's cost per round.
 - an adaptive row `spec_<kind>_adaptive`: the run-time controller (`engine.controllers`,
   `Settings.controllers`, at the tuned K and the tuned or the largest B as longest draft) fastest on the
   validation prompts; `speedup_adaptive_vs_fixed` is its tokens/s over `spec_<kind>`'s on the test prompts.
@@ -35,12 +35,22 @@ def effort_kinds(references: dict) -> list[str]:
     return [kind for kind in references if "steps" in EFFORT.get(kind, ())]
 
 
-def effort_configs(kind: str, tuned: dict, steps: list[int]) -> dict:
-    """{row name: RunConfig}: the tuned configuration at every K <= B but the tuned one (`spec_<kind>` is it)."""
+def effort_configs(kind: str, tuned: dict, steps: list[int], grid: list[dict]) -> dict:
+    """{row name: RunConfig}: at every K but the tuned one (`spec_<kind>` is it), the configuration (B, cache)
+    fastest on validation among the tuning grid's rows with that K (`choose`); a K the grid lacks runs at the
+    tuned B and cache when K <= B."""
     from specdiff.runs import RunConfig
+    from specdiff.runs.real_bench import choose
 
-    return {f"spec_{kind} K={k}": RunConfig(**{**tuned, "name": f"spec_{kind} K={k}", "steps": k})
-            for k in steps if k <= tuned["block_size"] and k != tuned["steps"]}
+    out = {}
+    for k in steps:
+        if k == tuned["steps"]:
+            continue
+        mine = [row for row in grid if row["row"] == f"spec_{kind}" and row["config"].get("steps") == k]
+        config = choose(mine)["config"] if mine else ({**tuned, "steps": k} if k <= tuned["block_size"] else None)
+        if config is not None:
+            out[f"spec_{kind} K={k}"] = RunConfig(**{**config, "name": f"spec_{kind} K={k}"})
+    return out
 
 
 def leniency_configs(kind: str, tuned: dict, rules) -> dict:
@@ -108,7 +118,9 @@ def summaries(rows: dict, kinds: list[str], chosen: dict) -> dict:
         efforts = {tuned["steps"]: f"spec_{kind}"}
         efforts.update({int(name.rsplit("=", 1)[1]): name for name in rows if name.startswith(f"spec_{kind} K=")})
         out["k_tradeoff"][kind] = [
-            {"K": k, "row": name, "tokens_per_s": rows[name]["tokens_per_s"], "speedup_vs_ar": rows[name]["tokens_per_s"] / ar,
+            {"K": k, "row": name, "block_size": rows[name]["config"]["block_size"],
+             "prefix_cache": rows[name]["config"]["prefix_cache"],
+             "tokens_per_s": rows[name]["tokens_per_s"], "speedup_vs_ar": rows[name]["tokens_per_s"] / ar,
              "mean_accepted": rows[name]["mean_accepted"], "tokens_per_round": rows[name]["tokens_per_round"],
              "drafter_cost_vs_verifier_step": rows[name].get("drafter_cost_vs_verifier_step")}
             for k, name in sorted(efforts.items())]
