@@ -2,7 +2,6 @@
 forwards and tokens processed; `specdiff frontier --cost calls` prices them with per-call costs
 measured once (kept in the store), so that machine noise cannot reorder configurations."""
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -102,7 +101,9 @@ def test_the_call_costs_are_measured_once_and_kept_in_the_store(swept):
 
 def test_a_version_1_store_is_read_as_it_is_and_gains_the_column_when_a_sweep_writes(tmp_path, capsys):
     old = tmp_path / "old.sqlite"
-    shutil.copy(ROOT / "docs" / "results" / "frontier" / "dflash_linear.sqlite", old)
+    import lzma
+
+    old.write_bytes(lzma.decompress((ROOT / "docs" / "results" / "frontier" / "dflash_linear.sqlite.xz").read_bytes()))
     reader = SweepStore(old)
     try:
         assert reader.meta("schema_version") == "1"
