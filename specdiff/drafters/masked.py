@@ -135,7 +135,8 @@ class MaskedDiffusionDrafter(Drafter):
         """What `unmasking` fits the logits with: the draft vocabulary's index, else output_vocab."""
         if self.draft_to_target is None:
             return self.output_vocab
-        return DraftIndex(self.draft_to_target, int(self.target_vocab))
+        rows = (self.draft_to_target == self.mask_token_id).nonzero()  # once per round, not per step
+        return DraftIndex(self.draft_to_target, int(self.target_vocab), int(rows[0, 0]) if len(rows) else None)
 
     def _step_logits_fn(self, tokens: torch.Tensor, key_mask: torch.Tensor, block_size: int):
         """A function canvas [b, B] -> logits [b, B, V] of the canvas positions, one denoising step."""

@@ -31,6 +31,7 @@ class DraftIndex(NamedTuple):
 
     draft_to_target: torch.Tensor  # [V_d] long, distinct verifier ids
     target_vocab: int  # V, the verifier's vocabulary size
+    mask_row: int | None = None  # the row of the mask token, when the index holds it (never proposed)
 
 
 def unmask_canvas(step_logits, canvas: torch.Tensor, mask_token_id: int, steps: int, threshold: float | None,
@@ -165,9 +166,8 @@ def _fit(logits: torch.Tensor, vocab, mask_token_id: int) -> torch.Tensor:
     """logits [..., V_model] -> the rows sampled from, the mask token's at -inf: with a `DraftIndex` the draft
     vocabulary's own rows, else the first `vocab` rows (the verifier's ids; None: all)."""
     if isinstance(vocab, DraftIndex):
-        mask = (vocab.draft_to_target == mask_token_id).nonzero()
-        if len(mask):
-            logits[..., int(mask[0, 0])] = float("-inf")
+        if vocab.mask_row is not None:
+            logits[..., vocab.mask_row] = float("-inf")
         return logits
     logits = logits[..., :vocab] if vocab else logits
     if mask_token_id < logits.shape[-1]:

@@ -129,6 +129,7 @@ def train(kind: str, verifier: str, data_dir: str | Path, out: str | Path, steps
         generator.set_state(state["generator"])
         step, seconds, losses = state["step"], state["seconds"], state["losses"]
     draft_head = target.get_output_embeddings().weight[torch.as_tensor(d2t)]  # [V_d, H] frozen
+    draft_rows = target.get_input_embeddings().weight[torch.as_tensor(d2t)]  # [V_d, H] frozen: the masked drafter's
     to_draft = torch.full((vocab,), -100, dtype=torch.long)
     to_draft[torch.as_tensor(d2t)] = torch.arange(len(d2t))
     layers = list(getattr(model.config, "target_layer_ids", []) or [])
@@ -149,8 +150,7 @@ def train(kind: str, verifier: str, data_dir: str | Path, out: str | Path, steps
                                 [hidden[i] for i in picks], settings, generator)
         elif kind == "masked":
             loss = distill_masked.loss(model, model.specdiff_projection, target.get_input_embeddings().weight,
-                                       target.get_input_embeddings().weight[torch.as_tensor(d2t)], to_draft,
-                                       [conversations[i] for i in picks], settings, generator)
+                                       draft_rows, to_draft, [conversations[i] for i in picks], settings, generator)
         else:
             loss = _ar_loss(model, [conversations[i] for i in picks], generator, settings.get("positions"))
         optimizer.zero_grad(set_to_none=True)
