@@ -1,50 +1,39 @@
-"""`specdiff.models.load(name_or_path, role=...)`: a ready `sd.Verifier` or drafter from a zoo
-name, a fetched real checkpoint (`specdiff models fetch NAME`: `specdiff.checkpoints`), a local
-transformers checkpoint or a GGUF file (nothing is downloaded).
+"""Names -> models: the one place where a name becomes a verifier or a drafter (issue 39).
 
-The drafter kind is read from the checkpoint's config (`drafter_kind`), and each kind's conventions
-are applied for the user:
-- masked (Dream: `model_type` "Dream", shifted logits, its `mask_token_id`, trust_remote_code;
-  LLaDA: `model_type` "llada", no shift, trust_remote_code; masked-LM classes; specdiff's
-  `specdiff_role` "masked-drafter" or `mask_token_id` with `is_causal: false`);
-- block (SDAR: `model_type` "sdar" or an SDAR architecture, trust_remote_code, no shift, its
-  `block_size`; specdiff's "block-drafter");
-- uniform (`model_type` "diffusion_gemma": `DiffusionGemmaForBlockDiffusion`; or `specdiff_role`
-  "uniform-drafter": the zoo's, a Qwen3 backbone run block-causally);
-- dflash (a `target_layer_ids` + `block_size` config, e.g. `model_type` "muse_glimmer_assistant"
-  or z-lab's DFlash; needs the verifier: `load(..., verifier=...)`, the zoo's names their own);
-- autoregressive: a causal LM (Qwen2, Qwen3, Gemma, Llama, ...), also the only kind of verifier.
-Anything else gets an error that lists these kinds. Sampling defaults come from the zoo's table or
-the checkpoint's generation_config; keyword arguments override them. With `verifier=` (an
-`sd.Verifier`), the drafter's vocabulary is fitted to it (`specdiff.drafters.vocab.fit_vocabulary`).
+`specdiff.models.load(name_or_path, role=...)` returns a ready `sd.Verifier` or drafter, and `ModelCache` does
+the same with each checkpoint read once per process. A name is, in the order tried:
+- "lookup": prompt lookup, no model;
+- a distilled drafter (`specdiff.zoo.distilled`: shipped for a real verifier, or a folder `specdiff distill`
+  wrote); with a real verifier, a distilled kind ("dflash", "ar", "masked") names that verifier's own one;
+- a drafter kind ("masked", "block", "uniform", "dflash", "ar"): the testbed zoo's model of that kind;
+- a zoo name ("verifier", "masked-drafter", ...);
+- a fetched real checkpoint (`specdiff models fetch NAME`: `specdiff.checkpoints`);
+- a .gguf file, or a local transformers checkpoint folder (nothing is downloaded).
+A checkpoint's kind is recognised from its config by the registered kinds (`specdiff.drafters.registry`:
+each kind's `recognise`, `loader`, `build`); anything else gets an error that lists them. Sampling defaults
+come from the zoo's table or the checkpoint's generation_config; keyword arguments override them. With
+`verifier=` (an `sd.Verifier`), the drafter's vocabulary is fitted to it (`drafters.vocab.fit_vocabulary`).
 """
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+from specdiff.drafters import registry
+from specdiff.drafters.registry import SAMPLING_KEYS  # noqa: F401  (re-exported)
 from specdiff.zoo import distilled
 
-MASKED_MODEL_TYPES = ("Dream", "llada", "LLaDA")
-BLOCK_MODEL_TYPES = ("sdar", "SDAR")
-UNIFORM_MODEL_TYPES = ("diffusion_gemma",)
-REMOTE_CODE_MODEL_TYPES = MASKED_MODEL_TYPES + BLOCK_MODEL_TYPES  # they ship their own modeling code
-SAMPLING_KEYS = ("temperature", "top_p", "top_k")
-MASKED_KEYS = ("steps", "threshold", "order", "prefix_cache", "shift_logits", "mask_token_id", "pad_token_id")
-BLOCK_KEYS = ("steps", "threshold", "order", "shift_logits", "mask_token_id", "pad_token_id", "block_length")
-UNIFORM_KEYS = ("steps", "order", "self_conditioning", "entropy_bound")
-DFLASH_KEYS = ("mask_token_id",)
-KINDS = {  # drafter kind: what is recognised as it
-    "masked": "Dream, LLaDA, masked-LM classes, specdiff masked drafters",
-    "block": "SDAR (model_type sdar), specdiff block drafters",
-    "uniform": "DiffusionGemma (model_type diffusion_gemma), specdiff uniform drafters",
-    "dflash": "DFlash draft models (config with target_layer_ids and block_size)",
-    "autoregressive": "causal LMs (*ForCausalLM: Qwen2, Qwen3, Gemma, Llama, ...)",
-}
-# The engine's drafter kinds (`--drafter KIND` of demo / generate / bench) and their zoo models.
-DRAFTER_KINDS = {"masked": "masked-drafter", "uniform": "uniform-drafter", "block": "block-drafter",
-                 "dflash": "dflash-drafter", "ar": "ar-drafter"}
 LOOKUP = "lookup"  # `sd.PromptLookupDrafter`: needs no model, fits any verifier
+
+
+def kinds() -> dict[str, str]:
+    """Every kind that a checkpoint can be: name -> what is recognised as it."""
+    return {spec.name: spec.describes for spec in registry.specs() if spec.needs_model}
+
+
+def drafter_kinds() -> dict[str, str]:
+    """The engine's drafter kinds with a zoo model (`--drafter KIND` of demo / generate / bench) -> that model."""
+    return {spec.name: spec.zoo_model for spec in registry.specs() if spec.zoo_model}
 
 
 def is_real(name_or_path: str) -> bool:
@@ -55,81 +44,166 @@ def is_real(name_or_path: str) -> bool:
 
 
 def load(name_or_path: str, role: str = "verifier", verifier=None, verifier_tokenizer=None, **options):
-    """A ready `sd.Verifier` (role="verifier") or drafter (role="drafter") for a zoo name, a drafter kind
-    of `DRAFTER_KINDS` ("masked", "uniform", "block", "dflash", "ar": its zoo model) or a local path.
-    verifier: the `sd.Verifier` the drafter will serve (needed by DFlash for a local checkpoint; with
-    it the drafter's vocabulary is fitted to the verifier's, using verifier_tokenizer if given)."""
+    """A ready `sd.Verifier` (role="verifier") or drafter (role="drafter") for a name (module docstring).
+    verifier: the `sd.Verifier` the drafter will serve (needed by DFlash for a local checkpoint; with it the
+    drafter's vocabulary is fitted to the verifier's, using verifier_tokenizer if given)."""
     if role not in ("verifier", "drafter"):
         raise ValueError(f"unknown role {role!r}: expected 'verifier' or 'drafter'")
-    if role == "drafter" and name_or_path == LOOKUP:
-        from specdiff.drafters.lookup import PromptLookupDrafter
-
-        return PromptLookupDrafter(**options)
-    if role == "drafter" and distilled.folder(name_or_path) is not None:
-        return _load_distilled(distilled.folder(name_or_path), verifier, verifier_tokenizer, **options)
-    name_or_path = DRAFTER_KINDS.get(name_or_path, name_or_path) if role == "drafter" else name_or_path
-    if str(name_or_path).endswith(".gguf"):
-        from specdiff.checkpoints import load_gguf
-
-        model, tokenizer = load_gguf(name_or_path)
-        config = {**model.config.to_dict(), "architectures": [type(model).__name__]}  # a GGUF config names none
-        return wrap(model, config, _sampling_defaults(model), tokenizer, role, verifier=verifier, **options)
-    model, config, defaults = load_model(name_or_path)
-    tokenizer = load_tokenizer(name_or_path)
-    drafter = wrap(model, config, defaults, tokenizer, role, verifier=verifier, **options)
+    cache = ModelCache()
     if role == "verifier":
-        drafter.name = str(name_or_path)  # named in a distilled drafter's refusal
-    if role == "drafter" and verifier is not None:
+        return cache.get(name_or_path, "verifier", **options)
+    drafter = cache.get(name_or_path, "drafter", verifier=verifier, **options)
+    if verifier is not None and name_or_path != LOOKUP and distilled.folder(name_or_path) is None:
         from specdiff.drafters.vocab import fit_vocabulary
 
-        fit_vocabulary(drafter, verifier, tokenizer, verifier_tokenizer)
+        fit_vocabulary(drafter, verifier, cache.tokenizer(name_or_path), verifier_tokenizer)
     return drafter
+
+
+def resolve(drafter: str, verifier: str | None = None) -> tuple[str, str]:
+    """A kind ("block"), a zoo name ("block-drafter"), a distilled drafter or a local checkpoint -> (kind name, model
+    reference); with a real `verifier`, the distilled kinds name its own distilled drafters (`for_verifier`)."""
+    if verifier is not None:
+        drafter = for_verifier(drafter, verifier)
+    if drafter == LOOKUP:
+        return LOOKUP, LOOKUP
+    folder = distilled.folder(drafter)
+    if folder is not None:
+        return registry.by_distilled_role(_config(folder)["specdiff_role"]).name, drafter
+    spec = registry.find(drafter)
+    if spec is not None and spec.zoo_model:
+        return spec.name, spec.zoo_model
+    spec = registry.by_zoo_model(drafter)
+    if spec is not None:
+        return spec.name, drafter
+    path = Path(drafter)
+    if not (path / "config.json").is_file():
+        raise ValueError(f"unknown drafter {drafter!r}: not a kind ({', '.join(drafter_kinds())}), a zoo drafter "
+                         f"({', '.join(drafter_kinds().values())}), a distilled drafter "
+                         f"({', '.join(distilled.names()) or 'none shipped'}) nor a local directory with a "
+                         "config.json")
+    return registry.recognise(_config(path)).name, drafter
+
+
+def kind_spec(drafter: str, verifier: str | None = None) -> registry.KindSpec:
+    """The registered kind of a drafter name (`resolve`)."""
+    return registry.get(resolve(drafter, verifier)[0])
+
+
+def default_drafter(verifier: str) -> str:
+    """The drafter used when none is named: the zoo's masked drafter for the testbed's verifier; for a real
+    verifier its shipped distilled DFlash drafter, else prompt lookup (the testbed's drafters do not fit it)."""
+    if not is_real(verifier):
+        return registry.get("masked").zoo_model
+    return distilled.shipped_for(verifier, "dflash") or LOOKUP
+
+
+def distilled_kinds() -> list[str]:
+    """The kinds `specdiff distill` trains for a real verifier."""
+    return [spec.name for spec in sorted(registry.specs(), key=lambda spec: spec.distilled_rank) if spec.distilled_role]
+
+
+def for_verifier(drafter: str, verifier: str) -> str:
+    """A distilled kind ("dflash", "ar", "masked") with a real verifier: that verifier's own shipped distilled
+    drafter, when there is one; anything else unchanged."""
+    if drafter in distilled_kinds() and is_real(verifier):
+        return distilled.shipped_for(verifier, drafter) or drafter
+    return drafter
+
+
+def check_pair(drafter: str, verifier: str) -> None:
+    """Refuses a testbed drafter for a real verifier, saying why, before any weights load."""
+    from specdiff import zoo
+
+    spec = registry.find(drafter)
+    reference = spec.zoo_model if spec is not None and spec.zoo_model else drafter
+    if reference in zoo.TRAINABLE and is_real(verifier):
+        own = [name for kind in distilled_kinds() if (name := distilled.shipped_for(verifier, kind))]
+        raise ValueError(f"--drafter {drafter}: the testbed's drafters ({reference}) were trained with the testbed's "
+                         f"arithmetic tokenizer and do not fit the vocabulary of the real verifier {verifier!r}; use "
+                         f"--drafter {LOOKUP} (prompt lookup, no training)"
+                         + (f", {' or '.join(own)} (distilled for it)" if own else "")
+                         + f" or a drafter trained for it (`specdiff distill --verifier {verifier} --kind dflash`)")
+
+
+def require_weights(reference: str) -> None:
+    """FileNotFoundError naming `specdiff zoo train NAME` when a zoo model has no weights yet."""
+    from specdiff import zoo
+
+    if reference in zoo.TRAINABLE and not (zoo.model_dir(reference) / "model.safetensors").is_file():
+        raise FileNotFoundError(f"the zoo model {reference} is not shipped yet ({zoo.model_dir(reference)} has no "
+                                f"weights): train it with `specdiff zoo train {reference}` (see docs/drafters.md), "
+                                "or give a trained checkpoint's folder")
+
+
+class ModelCache:
+    """Loads each model and tokenizer once per process; wrappers (Verifier, drafters) are rebuilt around the
+    loaded model for every set of options, which copies nothing. A sweep over many configurations of the same
+    pair reads each checkpoint once."""
+
+    def __init__(self, device: str | None = None):
+        self.models, self.tokenizers, self.device = {}, {}, device
+
+    def get(self, name: str, role: str, verifier=None, **options):
+        """A Verifier (role "verifier") or a drafter (role "drafter") of a name (module docstring)."""
+        if role == "verifier":
+            wrapped = wrap(*self._loaded(name), self.tokenizer(name), role, **options)
+            wrapped.name = str(name)  # named in a distilled drafter's refusal
+            return wrapped
+        if name == LOOKUP:  # no model to load; its n-gram knobs are its only options
+            return registry.get(LOOKUP).build(**{k: v for k, v in options.items()
+                                                 if k in registry.get(LOOKUP).option_keys})
+        folder = distilled.folder(name)
+        if folder is not None:  # distilled for a real verifier: built once around the verifier's shared weights
+            if verifier is None:
+                verifier = self.get(_config(folder)["specdiff_target"], "verifier")
+            if ("distilled", name) not in self.models:
+                self.models[("distilled", name)] = distilled.build(folder, verifier.model,
+                                                                   getattr(verifier, "name", None))
+            return wrap_distilled(self.models[("distilled", name)], verifier, **options)
+        spec = registry.find(name)
+        name = spec.zoo_model if spec is not None and spec.zoo_model else name  # "masked", "ar": its zoo model
+        model, config, defaults = self._loaded(name)
+        return wrap(model, config, defaults, self.tokenizer(name), role, verifier=verifier, **options)
+
+    def kind(self, name: str) -> str:
+        """The kind name of drafter `name` (masked, block, uniform, dflash, ar, lookup)."""
+        return resolve(name)[0]
+
+    def _loaded(self, name: str):
+        """(model, config, sampling defaults) of a zoo name, fetched name, GGUF file or path, loaded once."""
+        if name not in self.models:
+            model, *rest = load_model(name)
+            if self.device is not None:
+                model = model.to(self.device)
+            self.models[name] = (model, *rest)
+        return self.models[name]
+
+    def tokenizer(self, name: str):
+        if name == LOOKUP or distilled.folder(name) is not None:
+            return None  # it drafts the verifier's own ids (a distilled drafter: the verifier's tokenizer)
+        spec = registry.find(name)
+        name = spec.zoo_model if spec is not None and spec.zoo_model else name
+        if name not in self.tokenizers:
+            self.tokenizers[name] = load_tokenizer(name)
+        return self.tokenizers[name]
 
 
 def wrap(model, config: dict, defaults: dict, tokenizer, role: str, verifier=None, **options):
     """A Verifier or drafter around an already loaded model (see `load`); cheap, nothing is copied."""
-    kind = drafter_kind(config)
+    spec = registry.recognise(config)
     if role == "verifier":
         from specdiff.engine.verifier import Verifier
 
-        if kind != "autoregressive":
-            raise ValueError(f"a verifier must be a causal LM; this checkpoint is a {kind} drafter ({KINDS[kind]})")
-        _reject_unknown(options, SAMPLING_KEYS, "a verifier")
+        if not spec.can_verify:
+            raise ValueError(f"a verifier must be a causal LM; this checkpoint is a {spec.name} drafter "
+                             f"({spec.describes})")
+        unknown = sorted(set(options) - set(SAMPLING_KEYS))
+        if unknown:
+            raise ValueError(f"{', '.join(unknown)} do(es) not apply to a verifier; it takes {', '.join(SAMPLING_KEYS)}")
         return Verifier(model, **{**defaults, **options})
-    if kind in ("masked", "block"):
-        from specdiff.drafters.block import BlockDiffusionDrafter
-        from specdiff.drafters.masked import MaskedDiffusionDrafter
-
-        keys, cls = (MASKED_KEYS, MaskedDiffusionDrafter) if kind == "masked" else (BLOCK_KEYS, BlockDiffusionDrafter)
-        _reject_unknown(options, SAMPLING_KEYS + keys, f"a {kind} diffusion drafter")
-        settings = {**defaults, **options}
-        if kind == "masked" and config.get("model_type") in ("llada", "LLaDA"):
-            settings.setdefault("shift_logits", False)  # LLaDA: the output at j is token j's distribution
-        return cls(model, tokenizer=tokenizer, **settings)
-    if kind == "uniform":
-        from specdiff.drafters.uniform import UniformDiffusionDrafter
-
-        _reject_unknown(options, SAMPLING_KEYS + UNIFORM_KEYS, "a uniform diffusion drafter")
-        return UniformDiffusionDrafter(model, **{**defaults, **options})
-    if kind == "dflash":
-        from specdiff.drafters.dflash import DFlashDrafter
-
-        _reject_unknown(options, SAMPLING_KEYS + DFLASH_KEYS, "a DFlash drafter")
-        target = verifier if verifier is not None else _zoo_target(config)
-        return DFlashDrafter(model, target, **{**defaults, **options})
-    from specdiff.drafters.autoregressive import AutoregressiveDrafter
-
-    _reject_unknown(options, SAMPLING_KEYS, "an autoregressive drafter")
-    return AutoregressiveDrafter(model, **{**defaults, **options})
-
-
-def _load_distilled(path, verifier, verifier_tokenizer, **options):
-    """A drafter distilled by specdiff (`specdiff.zoo.distilled`): its trained weights completed with its
-    verifier's shared ones; `verifier` defaults to the fetched one it was trained for."""
-    config = json.loads((path / "config.json").read_text())
-    if verifier is None:
-        verifier = load(config["specdiff_target"])
-    return wrap_distilled(distilled.build(path, verifier.model, getattr(verifier, "name", None)), verifier, **options)
+    target = verifier if verifier is not None or not spec.needs_target else _zoo_target(config)
+    return spec.build(model, config, defaults, tokenizer, target=target, **options)
 
 
 def wrap_distilled(built, verifier, **options):
@@ -138,34 +212,17 @@ def wrap_distilled(built, verifier, **options):
     from specdiff.drafters.vocab import fit_vocabulary
 
     model, config, d2t = built
-    if distilled.ROLES[config["specdiff_role"]] == "dflash":
-        from specdiff.drafters.dflash import DFlashDrafter
-
-        _reject_unknown(options, SAMPLING_KEYS + DFLASH_KEYS, "a DFlash drafter")
-        drafter = DFlashDrafter(model, verifier, draft_to_target=d2t, **{"temperature": 0.0, **options})
-    elif distilled.ROLES[config["specdiff_role"]] == "masked":
-        from specdiff.drafters.masked import MaskedDiffusionDrafter
-
-        _reject_unknown(options, SAMPLING_KEYS + MASKED_KEYS, "a masked diffusion drafter")
-        drafter = MaskedDiffusionDrafter(model, **{"temperature": 0.0, "top_p": 1.0, "top_k": 0, "steps": 1,
-                                                   "pad_token_id": model.config.pad_token_id or 0, **options})
-        drafter.draft_to_target = d2t
-    else:
-        from specdiff.drafters.autoregressive import AutoregressiveDrafter
-
-        _reject_unknown(options, SAMPLING_KEYS, "an autoregressive drafter")
-        drafter = AutoregressiveDrafter(model, **{"temperature": 0.0, "top_p": 1.0, "top_k": 0, **options})
+    drafter = registry.by_distilled_role(config["specdiff_role"]).build_distilled(model, verifier, d2t, **options)
     fit_vocabulary(drafter, verifier)
     return drafter
 
 
 def _zoo_target(config: dict):
+    """The zoo verifier a zoo drafter was trained beside (DFlash's target), or None."""
     from specdiff import zoo
 
     name = config.get("specdiff_target")
-    if name is None:
-        raise ValueError("a DFlash drafter needs the verifier it was trained for: load(..., verifier=sd.Verifier(...))")
-    return zoo.load(name)
+    return None if name is None or name not in zoo.TRAINABLE else zoo.load(name)
 
 
 def load_tokenizer(name_or_path: str):
@@ -187,53 +244,36 @@ def load_tokenizer(name_or_path: str):
 
 
 def drafter_kind(config: dict) -> str:
-    """One of `KINDS` from a checkpoint's config.json contents; an error listing them otherwise."""
-    role, model_type = config.get("specdiff_role", ""), config.get("model_type", "")
-    architectures = " ".join(config.get("architectures") or [])
-    if role == "block-drafter" or model_type in BLOCK_MODEL_TYPES or "SDAR" in architectures:
-        return "block"
-    if role == "uniform-drafter" or model_type in UNIFORM_MODEL_TYPES or "DiffusionGemma" in architectures:
-        return "uniform"
-    if role == "dflash-drafter" or (config.get("target_layer_ids") is not None and "block_size" in config):
-        return "dflash"
-    if role == "masked-drafter" or "MaskedLM" in architectures or model_type in MASKED_MODEL_TYPES:
-        return "masked"
-    if config.get("mask_token_id") is not None and config.get("is_causal") is False:
-        return "masked"
-    if "ForCausalLM" in architectures or role in ("verifier", "ar-drafter"):
-        return "autoregressive"
-    kinds = "; ".join(f"{kind}: {what}" for kind, what in KINDS.items())
-    raise ValueError(f"cannot recognise this checkpoint's kind (model_type {model_type!r}, architectures "
-                     f"{architectures or 'none'}); specdiff supports {kinds}")
+    """The kind name of a checkpoint's config.json contents (`registry.recognise`)."""
+    return registry.recognise(config).name
 
 
 def load_model(name_or_path: str):
-    """(model in eval mode, config dict, sampling defaults)."""
+    """(model in eval mode, config dict, sampling defaults) of a zoo name, fetched name, GGUF file or folder."""
     from specdiff import zoo
 
     if name_or_path in zoo.TRAINABLE:
         model = zoo.load(name_or_path)  # FileNotFoundError naming `specdiff zoo train` when not trained yet
-        config = json.loads((zoo.model_dir(name_or_path) / "config.json").read_text())
-        sampling = {k: v for k, v in zoo.SAMPLING[name_or_path].items()}
-        return model, config, sampling
+        config = _config(zoo.model_dir(name_or_path))
+        return model, config, dict(zoo.SAMPLING[name_or_path])
+    if str(name_or_path).endswith(".gguf"):
+        from specdiff.checkpoints import load_gguf
+
+        model, _ = load_gguf(name_or_path)
+        config = {**model.config.to_dict(), "architectures": [type(model).__name__]}  # a GGUF config names none
+        return model, config, _sampling_defaults(model)
     path = _local_dir(name_or_path)
-    config = json.loads((path / "config.json").read_text())
+    config = _config(path)
     import transformers
 
-    kind = drafter_kind(config)  # unrecognised kinds fail here, before any weights are read
-    remote = config.get("model_type") in REMOTE_CODE_MODEL_TYPES  # Dream, LLaDA, SDAR ship their own code
-    architectures = config.get("architectures") or []
-    known = [getattr(transformers, a) for a in architectures if hasattr(transformers, a)]
-    if "MaskedLM" in " ".join(architectures):
-        loader = transformers.AutoModelForMaskedLM
-    elif kind in ("uniform", "dflash") and known:
-        loader = known[0]  # DiffusionGemmaForBlockDiffusion, MuseGlimmerAssistantModel
-    elif kind in ("uniform", "dflash") or (remote and kind == "masked"):
-        loader = transformers.AutoModel
-    else:
-        loader = transformers.AutoModelForCausalLM  # causal LMs, SDAR (its auto_map)
-    model = loader.from_pretrained(path, local_files_only=True, trust_remote_code=remote).eval()
+    spec = registry.recognise(config)  # unrecognised kinds fail here, before any weights are read
+    loader = spec.loader(config, transformers)
+    model = loader.from_pretrained(path, local_files_only=True, trust_remote_code=spec.remote_code(config)).eval()
     return model, config, _sampling_defaults(model)
+
+
+def _config(folder) -> dict:
+    return json.loads((Path(folder) / "config.json").read_text())
 
 
 def _sampling_defaults(model) -> dict:
@@ -255,12 +295,15 @@ def _local_dir(name_or_path: str) -> Path:
     if not (path / "config.json").is_file():
         raise ValueError(f"unknown model {name_or_path!r}: not a zoo name ({', '.join(zoo.TRAINABLE)}), a fetchable "
                          f"name ({', '.join(FETCHABLE)}: `specdiff models fetch NAME`), a drafter kind "
-                         f"({', '.join(DRAFTER_KINDS)}, {LOOKUP}), a .gguf file nor a local directory with a "
+                         f"({', '.join(drafter_kinds())}, {LOOKUP}), a .gguf file nor a local directory with a "
                          "config.json (nothing is downloaded)")
     return path
 
 
-def _reject_unknown(options: dict, allowed: tuple, what: str) -> None:
-    unknown = sorted(set(options) - set(allowed))
-    if unknown:
-        raise ValueError(f"{', '.join(unknown)} do(es) not apply to {what}; it takes {', '.join(allowed)}")
+def __getattr__(name: str):
+    """Old names kept for callers (KINDS, DRAFTER_KINDS): computed from the registry."""
+    if name == "KINDS":
+        return kinds()
+    if name == "DRAFTER_KINDS":
+        return drafter_kinds()
+    raise AttributeError(f"module 'specdiff.models' has no attribute {name!r}")

@@ -67,6 +67,7 @@ def run(args) -> int:
 
     from specdiff.eval import tasks
     from specdiff.eval.pricing import price_ms
+    from specdiff.drafters import registry
     from specdiff.models import DRAFTER_KINDS
     from specdiff.runs import ModelCache, RunConfig, run_config
     from specdiff.runs.call_costs import measure_call_costs
@@ -82,10 +83,9 @@ def run(args) -> int:
     drafter = DRAFTER_KINDS[args.drafter]
     cache = ModelCache()
     block = args.block_size
-    if args.drafter == "block":
-        length = cache.get(drafter, "drafter").block_length
-        block = min(block, length) if length else block
-    proposal = "point_mass" if args.drafter == "block" else "marginal"  # block drafter: exact only in point mass
+    length = getattr(cache.get(drafter, "drafter"), "block_length", None)  # a block drafter's trained length
+    block = min(block, length) if length else block
+    proposal = registry.get(args.drafter).leniency_proposal  # the block drafter: exact only in point mass
     costs = measure_call_costs("verifier", drafter, threads=args.threads)
     tune = tasks.arith_problems("validation", args.tune_problems)
     test = tasks.arith_problems("test", args.first_problem + args.problems)[args.first_problem:]

@@ -19,77 +19,7 @@ import os
 from specdiff.argtypes import positive_int
 from specdiff.commands import rules_demo
 
-DRAFTER_CHOICES = ("masked", "uniform", "block", "dflash", "ar")  # specdiff.models.DRAFTER_KINDS
-INTERLEAVE = 10  # problems per interleaved chunk: every row runs on each chunk in turn
-# The masked drafter's adaptive row (docs/adaptive.md): at most K = 4 steps over B = 16, every position the
-# drafter is at least 0.9 sure of unmasked at once; point mass, so exact whatever the unmasking order.
-ADAPTIVE = dict(steps=4, block_size=16, proposal="point_mass", controller="confidence:floor=0,finish=0.9")
-
-
-def demo_configs(kinds=("masked",), controller: str | None = None):
-    """The demo's configurations: the baselines, then each kind's rows (`kind_configs`); with the masked
-    kind, its adaptive row (`ADAPTIVE`, or `controller` in its place)."""
-    from specdiff.runs import RunConfig
-
-    rows = [RunConfig("autoregressive (verifier)", drafter=None),
-            RunConfig("AR drafter, B=8", drafter="ar-drafter", block_size=8)]
-    for kind in dict.fromkeys(kinds):
-        rows += kind_configs(kind)
-        if kind == "masked":
-            adaptive = dict(ADAPTIVE, controller=controller or ADAPTIVE["controller"])
-            rows.append(RunConfig(f"masked K<=4 B<=16 point mass, {adaptive['controller']}",
-                                  drafter="masked-drafter", prefix_cache="persistent", **adaptive))
-    return rows
-
-
-# Each new kind's demo rows (RunConfig fields; B = 8 unless given) at its own effort knob: K, and tau for
-# the block drafter; none for dflash and ar. Effort first, then leniency, and a point-mass row where
-# marginal mode is approximate (block drafter with tau).
-KIND_ROWS = {
-    "block": [dict(steps=2), dict(steps=4), dict(steps=8), dict(threshold=0.9),
-              dict(threshold=0.9, proposal="point_mass"), dict(steps=4, rule="linear", leniency=0.2)],
-    "uniform": [dict(steps=1), dict(steps=2), dict(steps=4), dict(steps=2, rule="linear", leniency=0.2)],
-    "dflash": [dict(), dict(block_size=16), dict(rule="linear", leniency=0.2)],
-    "ar": [dict(block_size=4), dict(block_size=12), dict(rule="linear", leniency=0.2)],
-}
-
-
-def kind_configs(kind: str):
-    """One kind's demo rows: the masked drafter's (K, leniency) points, else `KIND_ROWS[kind]`."""
-    from specdiff.runs import RunConfig
-    from specdiff.models import DRAFTER_KINDS
-
-    if kind == "masked":
-        return _masked_configs()
-    rows = [{"block_size": 8, **row} for row in KIND_ROWS[kind]]
-    return [RunConfig(_label(kind, row), drafter=DRAFTER_KINDS[kind], **row) for row in rows]
-
-
-def _label(kind: str, row: dict) -> str:
-    from specdiff.runs.kinds import describe
-
-    label = describe(kind, row.get("steps", 1), row.get("threshold"), row["block_size"])
-    if row.get("proposal") == "point_mass":
-        label += " point mass"
-    if row.get("rule") == "linear":
-        label += f" Linear({row['leniency']})"
-    return label
-
-
-def _masked_configs():
-    from specdiff.runs import RunConfig
-
-    masked = dict(drafter="masked-drafter", prefix_cache="persistent")
-    return [
-        RunConfig("masked K=1 B=8", steps=1, block_size=8, **masked),
-        RunConfig("masked K=4 B=16", steps=4, block_size=16, **masked),
-        RunConfig("masked K=4 B=16 point mass", steps=4, block_size=16, proposal="point_mass", **masked),
-        RunConfig("masked K=4 B=16 Linear(0.1)", steps=4, block_size=16, rule="linear", leniency=0.1, **masked),
-        # Medusa's typical acceptance: lenient only where the verifier finds the draft plausible (docs/leniency.md)
-        RunConfig("masked K=4 B=16 Typical(0.09)", steps=4, block_size=16, rule="typical", leniency=0.09, **masked),
-        RunConfig("masked K=2 B=8 Linear(0.2)", steps=2, block_size=8, rule="linear", leniency=0.2, **masked),
-        RunConfig("masked K=1 B=8 Linear(0.3)", steps=1, block_size=8, rule="linear", leniency=0.3, **masked),
-    ]
+INTERLEAVE = 10  # kept for old imports; the runs live in `specdiff.runs.demo`
 
 
 def register(subparsers) -> None:
@@ -99,7 +29,7 @@ def register(subparsers) -> None:
                     "verifier, classic speculative decoding, and masked-diffusion drafting at several (K, leniency) "
                     "points. --rules: the synthetic one-position demo of every acceptance rule.")
     demo.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    demo.add_argument("--drafter", action="append", choices=DRAFTER_CHOICES, default=None, metavar="KIND",
+    demo.add_argument("--drafter", action="append", choices=_kind_choices(), default=None, metavar="KIND",
                       help="drafter kind whose rows run beside the baselines: masked (default), uniform, block, "
                            "dflash or ar (its zoo model, at its own effort knob; repeat to compare kinds)")
     demo.add_argument("--problems", type=positive_int, default=50, help="arith test problems (default 50)")
@@ -110,7 +40,7 @@ def register(subparsers) -> None:
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--controller", default=None, metavar="NAME",
                       help=f"the run-time controller of the masked drafter's adaptive row (default "
-                           f"{ADAPTIVE['controller']}; docs/adaptive.md)")
+                           f"{_default_controller()}; docs/adaptive.md)")
     demo.add_argument("--plot", metavar="PNG", default="demo_frontier.png",
                       help="accuracy against throughput (default demo_frontier.png; '' for none)")
     demo.add_argument("--rules", action="store_true", help="the synthetic demo of every acceptance rule instead")
@@ -140,18 +70,11 @@ def run(args) -> int:
         return rules_demo.run_demo(args)
     import torch
 
-    from specdiff.eval import tasks
-    from specdiff.runs import ModelCache, merge_results, run_config
+    from specdiff.runs.demo import run_demo, save_frontier_plot
     from specdiff.runs.model_cache import quiet_transformers
 
     quiet_transformers()
     torch.set_num_threads(args.threads)
-    problems = tasks.arith_problems("test", args.problems)
-    prompts, targets = [p.prompt for p in problems], [p.target for p in problems]
-    from specdiff.runs.kinds import require_weights
-    from specdiff.models import DRAFTER_KINDS
-
-    kinds = args.drafter or ["masked"]
     if args.controller is not None:
         from specdiff.engine.controllers import parse_controller
 
@@ -160,30 +83,11 @@ def run(args) -> int:
                 raise ValueError("the adaptive row needs a controller, not 'none'")
         except ValueError as error:
             raise ValueError(f"--controller: {error}") from None
-    for kind in kinds:
-        require_weights(DRAFTER_KINDS[kind])  # before anything runs: `specdiff zoo train NAME`
-    cache = ModelCache()
-    configs = demo_configs(kinds, args.controller)
-    _warm_up(configs, cache, prompts[0])
-    from specdiff.progress import progress
-
-    # interleaved (issue 23, item 5): the problems in chunks, every configuration on each chunk in turn, so
-    # that a change of machine load falls on all rows alike instead of on whichever row ran at the time
-    chunks = [range(start, min(start + INTERLEAVE, len(prompts))) for start in range(0, len(prompts), INTERLEAVE)]
-    parts = {config.name: [] for config in configs}
-    for number, chunk in enumerate(progress(chunks, desc="interleaved chunks", enabled=not args.json)):
-        for config in configs:
-            parts[config.name].append(run_config(config, [prompts[i] for i in chunk], [targets[i] for i in chunk],
-                                                 cache, args.max_new_tokens, seed=args.seed + 1000 * number,
-                                                 is_correct=tasks.is_correct))
-    rows = [merge_results(parts[config.name]) for config in configs]
-    base = rows[0]["tokens_per_s"]
-    for row in rows:
-        row["speedup"] = row["tokens_per_s"] / base
-    out = {"task": "arith", "split": "test", "drafters": kinds, "problems": args.problems, "max_new_tokens": args.max_new_tokens,
-           "threads": args.threads, "seed": args.seed, "rows": rows}
+    out = run_demo(args.drafter or ["masked"], args.problems, args.max_new_tokens, args.seed, args.controller,
+                   show_progress=not args.json)
+    out["threads"] = args.threads
     if args.plot:
-        out["plot"] = save_frontier_plot(rows, args.plot)
+        out["plot"] = save_frontier_plot(out["rows"], args.plot)
     if args.json:
         print(json.dumps(out, indent=1))
     else:
@@ -191,41 +95,16 @@ def run(args) -> int:
     return 0
 
 
-def _warm_up(configs, cache, prompt) -> None:
-    """One short generation per distinct model, so that the first configuration is not timed cold."""
-    from specdiff.runs import run_config
+def _kind_choices() -> tuple[str, ...]:
+    from specdiff.models import drafter_kinds
 
-    for config in configs:
-        run_config(config, [prompt], None, cache, 24)
+    return tuple(drafter_kinds())
 
 
-def save_frontier_plot(rows: list[dict], path: str) -> str:
-    """Accuracy (with its standard error) against tokens/s, one point per configuration: filled when
-    lossless, hollow when approximate, each named in the legend."""
-    import matplotlib
+def _default_controller() -> str:
+    from specdiff.runs.demo import default_controller
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axis = plt.subplots(figsize=(10, 4.8))
-    colors = plt.get_cmap("tab10").colors
-    markers = "osD^v<>ph*"
-    for i, row in enumerate(rows):
-        color = "black" if row["config"].startswith("autoregressive") else colors[i % len(colors)]
-        axis.errorbar(row["tokens_per_s"], row["accuracy"], yerr=row["accuracy_stderr"], capsize=3, color=color,
-                      marker=markers[i % len(markers)], markersize=8, linestyle="none",
-                      markerfacecolor=color if row["exact"] else "white", markeredgewidth=1.5,
-                      label=f"{row['config']} ({row['speedup']:.2f}x){'' if row['exact'] else ', approximate'}")
-    axis.set_xlabel("throughput (generated tokens / s, batch 1)")
-    axis.set_ylabel("accuracy (arith test, ± 1 s.e.)")
-    axis.set_title("Speculative diffusion on the testbed: effort K and leniency\n"
-                   "filled: lossless (exact); hollow: approximate (out-of-order marginal, or lenient)")
-    axis.grid(alpha=0.3)
-    axis.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
-    return path
+    return default_controller()
 
 
 def _print_table(out: dict) -> None:

@@ -58,7 +58,7 @@ def run_list(args) -> int:
         config = json.loads((distilled.DISTILLED_DIR / name / "config.json").read_text())
         state = manifest.status(distilled.DISTILLED_DIR / manifest.MANIFEST_NAME, distilled.DISTILLED_DIR,
                                 f"{name}/model.safetensors") if shipped else "unrecorded"
-        rows.append({"name": name, "kind": f"distilled {distilled.ROLES[config['specdiff_role']]}",
+        rows.append({"name": name, "kind": f"distilled {distilled.roles()[config['specdiff_role']]}",
                      "status": f"{state}, for {config['specdiff_target']}",
                      "path": str(distilled.DISTILLED_DIR / name)})
     if args.json:

@@ -125,7 +125,7 @@ def load_config(path: str | Path, text: str | None = None) -> tuple[dict, list[d
         check_pair(models["drafter"], models["verifier"])
     except ValueError as error:
         raise config.error("models", "drafter", f"[models] drafter: {error}") from None
-    autoregressive = _drafter_kind(models["drafter"]) in ("autoregressive", "lookup")  # no diffusion effort
+    autoregressive = _drafter_kind(models["drafter"]).ignores_effort  # AR, lookup: no diffusion effort
     grids = {"grid": _checked_grid(config, "grid", checked["grid"], autoregressive, models["drafter"])}
     if raw_subgrids:  # [grid]'s own keys are the sub-grids' defaults, and only the sub-grids are run
         shared = config.data["grid"]
@@ -186,18 +186,11 @@ def _check_model(config: ConfigText, role: str, name: str) -> None:
                                            f"{LOOKUP!r} (drafter) nor a local directory with a config.json")
 
 
-def _drafter_kind(name: str) -> str:
-    from specdiff import zoo
-    from specdiff.zoo import distilled
-    from specdiff.models import LOOKUP, drafter_kind
+def _drafter_kind(name: str):
+    """The registered kind of a sweep's drafter (`specdiff.models.resolve`)."""
+    from specdiff.models import kind_spec
 
-    if name == LOOKUP:
-        return LOOKUP
-    if distilled.folder(name) is not None:  # a drafter distilled for a real verifier
-        role = json.loads((distilled.folder(name) / "config.json").read_text())["specdiff_role"]
-        return {"dflash": "dflash", "ar": "autoregressive", "masked": "masked"}[distilled.ROLES[role]]
-    path = zoo.model_dir(name) if name in zoo.MODEL_NAMES else Path(name)
-    return drafter_kind(json.loads((path / "config.json").read_text()))
+    return kind_spec(name)
 
 
 def _check_task(config: ConfigText, task: dict, options: dict) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import torch
 
 from specdiff.drafters.base import Draft, Drafter
+from specdiff.drafters.registry import KindSpec, register
 from specdiff.lm.cache import cache_kwargs, keep_columns, new_cache
 from specdiff.lm.masks import position_ids
 from specdiff.lm.sampling import check_finite, check_sampling, sample_rows, sampling_probs
@@ -119,3 +120,44 @@ class AutoregressiveDrafter(Drafter):
     def select(self, rows: torch.Tensor) -> None:
         self.cache.batch_select_indices(rows)
         self.cache_mask = keep_columns(self.cache, self.cache_mask[rows])
+
+
+class AutoregressiveKind(KindSpec):
+    """Causal LMs (*ForCausalLM: Qwen2, Qwen3, Gemma, Llama, ...): one token per forward; the only kind that can
+    also be a verifier."""
+
+    rank = 4
+    distilled_rank = 1
+
+    name, aliases, zoo_model, distilled_role, priority = "ar", ("autoregressive",), "ar-drafter", "distilled-ar", 90
+    describes = "causal LMs (*ForCausalLM: Qwen2, Qwen3, Gemma, Llama, ...)"
+    can_verify, ignores_effort, label = True, True, "AR drafter"
+    demo_rows = (dict(block_size=4), dict(block_size=12), dict(rule="linear", leniency=0.2))
+
+    def recognise(self, config):
+        return ("ForCausalLM" in " ".join(config.get("architectures") or [])
+                or config.get("specdiff_role") in ("verifier", "ar-drafter"))
+
+    def build(self, model, config, defaults, tokenizer, target=None, **options):
+        self.check_options(options)
+        return AutoregressiveDrafter(model, **{**defaults, **options})
+
+    def build_distilled(self, model, verifier, draft_to_target, **options):
+        self.check_options(options)
+        return AutoregressiveDrafter(model, **{"temperature": 0.0, "top_p": 1.0, "top_k": 0, **options})
+
+    def distilled_model(self, model_config, weights, target, draft_to_target):
+        """A small causal LM whose embeddings are the verifier's, tied to its head."""
+        import transformers
+
+        weights["model.embed_tokens.weight"] = target.get_input_embeddings().weight.detach()
+        return transformers.AutoModelForCausalLM.from_config(model_config), {"lm_head.weight"}
+
+    def finish_distilled(self, model):
+        model.tie_weights()
+
+    def article(self):
+        return "an autoregressive"
+
+
+register(AutoregressiveKind())

@@ -27,7 +27,8 @@ Loading a real checkpoint where you have one (SDAR ships its modeling code):
 """
 from __future__ import annotations
 
-from specdiff.drafters.masked import MaskedDiffusionDrafter
+from specdiff.drafters.masked import MaskedDiffusionDrafter, MaskedKind
+from specdiff.drafters.registry import KindSpec, register
 
 
 class BlockDiffusionDrafter(MaskedDiffusionDrafter):
@@ -68,3 +69,36 @@ class BlockDiffusionDrafter(MaskedDiffusionDrafter):
         if self.block_length is not None and block_size > self.block_length:
             raise ValueError(f"block_size {block_size} exceeds the block length this drafter was trained on "
                              f"({self.block_length}); use block_size <= {self.block_length}")
+
+
+class BlockKind(MaskedKind):
+    """Block diffusion drafters: SDAR (model_type sdar, its own code, no shift), specdiff's block drafter. Its
+    prefix is always cached; B is at most the block length it was trained on."""
+
+    rank = 1
+
+    name, zoo_model, distilled_role, priority = "block", "block-drafter", None, 10
+    describes = "SDAR (model_type sdar), specdiff block drafters"
+    option_keys = ("steps", "threshold", "order", "shift_logits", "mask_token_id", "pad_token_id", "block_length")
+    model_types = ("sdar", "SDAR")
+    demo_rows = (dict(steps=2), dict(steps=4), dict(steps=8), dict(threshold=0.9),
+                 dict(threshold=0.9, proposal="point_mass"), dict(steps=4, rule="linear", leniency=0.2))
+    demo_adaptive = None
+    leniency_proposal = "point_mass"  # q is its marginal only at one step: the leniency bench verifies point masses
+
+    def recognise(self, config):
+        return (config.get("specdiff_role") == "block-drafter" or config.get("model_type") in self.model_types
+                or "SDAR" in " ".join(config.get("architectures") or []))
+
+    def loader(self, config, transformers):
+        return transformers.AutoModelForCausalLM  # SDAR: its auto_map
+
+    def build(self, model, config, defaults, tokenizer, target=None, **options):
+        self.check_options(options)
+        return BlockDiffusionDrafter(model, tokenizer=tokenizer, **{**defaults, **options})
+
+    def run_options(self, run):
+        return KindSpec.run_options(self, run)
+
+
+register(BlockKind())

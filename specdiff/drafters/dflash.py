@@ -32,6 +32,7 @@ from __future__ import annotations
 import torch
 
 from specdiff.drafters.base import Draft, Drafter
+from specdiff.drafters.registry import KindSpec, register
 from specdiff.lm.cache import keep_columns
 from specdiff.lm.masks import position_ids
 from specdiff.lm.sampling import check_finite, check_sampling, sampling_probs
@@ -145,3 +146,43 @@ class DFlashDrafter(Drafter):
         self.cache_mask = keep_columns(self.cache, self.cache_mask[rows])
         self.pending, self.pending_mask = self.pending[rows], self.pending_mask[rows]
         self.last_state = self.last_state[rows]
+
+
+class DFlashKind(KindSpec):
+    """DFlash draft models (a config with `target_layer_ids` and `block_size`, e.g. `MuseGlimmerAssistantModel`):
+    one step per block on the verifier's hidden states; built beside its verifier (`target`)."""
+
+    rank = 3
+    distilled_rank = 0
+
+    name, zoo_model, distilled_role, priority = "dflash", "dflash-drafter", "distilled-dflash", 30
+    describes = "DFlash draft models (config with target_layer_ids and block_size)"
+    option_keys = ("mask_token_id",)
+    needs_target = True
+    demo_rows = (dict(), dict(block_size=16), dict(rule="linear", leniency=0.2))
+
+    def recognise(self, config):
+        return config.get("specdiff_role") == "dflash-drafter" or (
+            config.get("target_layer_ids") is not None and "block_size" in config)
+
+    def loader(self, config, transformers):
+        known = [getattr(transformers, a) for a in config.get("architectures") or [] if hasattr(transformers, a)]
+        return known[0] if known else transformers.AutoModel
+
+    def build(self, model, config, defaults, tokenizer, target=None, **options):
+        self.check_options(options)
+        if target is None:
+            raise ValueError("a DFlash drafter needs the verifier it was trained for: load(..., verifier=sd.Verifier(...))")
+        return DFlashDrafter(model, target, **{**defaults, **options})
+
+    def build_distilled(self, model, verifier, draft_to_target, **options):
+        self.check_options(options)
+        return DFlashDrafter(model, verifier, draft_to_target=draft_to_target, **{"temperature": 0.0, **options})
+
+    def distilled_model(self, model_config, weights, target, draft_to_target):
+        import transformers
+
+        return transformers.MuseGlimmerAssistantModel(model_config), set()
+
+
+register(DFlashKind())

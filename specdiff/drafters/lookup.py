@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 
 from specdiff.drafters.base import Draft, Drafter
+from specdiff.drafters.registry import KindSpec, register
 
 
 class PromptLookupDrafter(Drafter):
@@ -76,3 +77,26 @@ class PromptLookupDrafter(Drafter):
             if best:
                 return best
         return []
+
+
+class LookupKind(KindSpec):
+    """Prompt lookup: no model; its n-gram sizes and longest draft come from a run's `extra` settings."""
+
+    rank = 5
+
+    name, needs_model, ignores_effort, priority = "lookup", False, True, 95
+    describes = "prompt lookup (no model)"
+    option_keys = ("max_ngram", "min_ngram", "max_draft")
+
+    def build(self, model=None, config=None, defaults=None, tokenizer=None, target=None, **options):
+        unknown = sorted(set(options) - set(self.option_keys))
+        if unknown:
+            raise ValueError(f"{', '.join(unknown)} do(es) not apply to prompt lookup; it takes "
+                             f"{', '.join(self.option_keys)}")
+        return PromptLookupDrafter(**options)
+
+    def run_options(self, run):
+        return {key: run.extra[key] for key in self.option_keys if key in run.extra}
+
+
+register(LookupKind())

@@ -42,6 +42,7 @@ import torch
 
 from specdiff.drafters.base import Draft, Drafter
 from specdiff.drafters.prefix_cache import PersistentPrefix, round_cache_steps
+from specdiff.drafters.registry import KindSpec, register
 from specdiff.lm.cache import cache_kwargs
 from specdiff.lm.masks import bidirectional_mask, layer_masks, position_ids
 from specdiff.drafters.unmasking import ORDERS, DraftIndex, unmask_canvas, unmask_planned
@@ -247,3 +248,79 @@ def _position_kwargs(model, positions: torch.Tensor) -> dict:
     import inspect
 
     return {"position_ids": positions} if "position_ids" in inspect.signature(model.forward).parameters else {}
+
+
+class MaskedKind(KindSpec):
+    """Masked diffusion drafters: Dream (shifted logits), LLaDA (no shift), masked-LM classes, specdiff's
+    testbed masked drafter and the masked drafter distilled for a real verifier."""
+
+    rank = 0
+    distilled_rank = 2
+
+    name, zoo_model, distilled_role, priority = "masked", "masked-drafter", "distilled-masked", 40
+    describes = "Dream, LLaDA, masked-LM classes, specdiff masked drafters"
+    option_keys = ("steps", "threshold", "order", "prefix_cache", "shift_logits", "mask_token_id", "pad_token_id")
+    effort = ("steps", "threshold")
+    model_types = ("Dream", "llada", "LLaDA")
+    demo_rows = tuple(dict(row, prefix_cache="persistent") for row in (
+        dict(steps=1), dict(steps=4, block_size=16), dict(steps=4, block_size=16, proposal="point_mass"),
+        dict(steps=4, block_size=16, rule="linear", leniency=0.1),
+        # Medusa's typical acceptance: lenient only where the verifier finds the draft plausible (docs/leniency.md)
+        dict(steps=4, block_size=16, rule="typical", leniency=0.09),
+        dict(steps=2, rule="linear", leniency=0.2), dict(steps=1, rule="linear", leniency=0.3)))
+    # at most K = 4 steps over B = 16, every position the drafter is at least 0.9 sure of unmasked at once;
+    # point mass, so exact whatever the unmasking order (docs/adaptive.md)
+    demo_adaptive = dict(steps=4, block_size=16, proposal="point_mass", prefix_cache="persistent",
+                         controller="confidence:floor=0,finish=0.9")
+
+    def recognise(self, config):
+        architectures = " ".join(config.get("architectures") or [])
+        return (config.get("specdiff_role") == "masked-drafter" or "MaskedLM" in architectures
+                or config.get("model_type") in self.model_types
+                or (config.get("mask_token_id") is not None and config.get("is_causal") is False))
+
+    def remote_code(self, config):
+        return config.get("model_type") in self.model_types
+
+    def loader(self, config, transformers):
+        if "MaskedLM" in " ".join(config.get("architectures") or []):
+            return transformers.AutoModelForMaskedLM
+        return transformers.AutoModel if self.remote_code(config) else transformers.AutoModelForCausalLM
+
+    def build(self, model, config, defaults, tokenizer, target=None, **options):
+        self.check_options(options)
+        settings = {**defaults, **options}
+        if config.get("model_type") in ("llada", "LLaDA"):
+            settings.setdefault("shift_logits", False)  # LLaDA: the output at j is token j's distribution
+        return MaskedDiffusionDrafter(model, tokenizer=tokenizer, **settings)
+
+    def build_distilled(self, model, verifier, draft_to_target, **options):
+        self.check_options(options)
+        drafter = MaskedDiffusionDrafter(model, **{"temperature": 0.0, "top_p": 1.0, "top_k": 0, "steps": 1,
+                                                   "pad_token_id": model.config.pad_token_id or 0, **options})
+        drafter.draft_to_target = draft_to_target
+        return drafter
+
+    def distilled_model(self, model_config, weights, target, draft_to_target):
+        """embed(x) = E[x] P, head = E[d2t] P (`specdiff distill --kind masked`)."""
+        import transformers
+
+        model = transformers.Qwen3ForCausalLM(model_config)
+        model.lm_head = torch.nn.Linear(model_config.hidden_size, len(draft_to_target), bias=False)
+        embeddings = target.get_input_embeddings().weight.detach().float().cpu()
+        projection = weights.pop("specdiff_projection").float()
+        weights["model.embed_tokens.weight"] = embeddings @ projection  # [V, d]
+        weights["lm_head.weight"] = embeddings[draft_to_target] @ projection  # [V_d, d]
+        return model, set()
+
+    def run_options(self, run):
+        options = super().run_options(run)
+        options["prefix_cache"] = run.prefix_cache
+        return options
+
+    def marginal_exact(self, effort):
+        """Exact at one step; with K > 1 or tau, only left-to-right unmasking keeps it (class docstring)."""
+        return effort.get("threshold") is None and (effort.get("steps", 1) == 1 or effort.get("order") == "left_to_right")
+
+
+register(MaskedKind())

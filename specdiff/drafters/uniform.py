@@ -49,6 +49,7 @@ from __future__ import annotations
 import torch
 
 from specdiff.drafters.base import Draft, Drafter
+from specdiff.drafters.registry import KindSpec, register
 from specdiff.lm.cache import keep_columns
 from specdiff.lm.masks import position_ids
 from specdiff.lm.sampling import check_finite, check_sampling, sample_rows, sampling_probs
@@ -229,3 +230,31 @@ def _kept_positions(order: str, probs: torch.Tensor, entropy: torch.Tensor | Non
 def _entropy(probs: torch.Tensor) -> torch.Tensor:
     """[b, B] entropy (nats) of each position's distribution probs [b, B, V]."""
     return -(probs * torch.log(probs.clamp_min(1e-12))).sum(-1)
+
+
+class UniformKind(KindSpec):
+    """Uniform diffusion drafters: DiffusionGemma (`DiffusionGemmaForBlockDiffusion`), specdiff's uniform
+    drafter (a Qwen3 backbone run block-causally). K steps, no threshold."""
+
+    rank = 2
+
+    name, zoo_model, priority = "uniform", "uniform-drafter", 20
+    describes = "DiffusionGemma (model_type diffusion_gemma), specdiff uniform drafters"
+    option_keys = ("steps", "order", "self_conditioning", "entropy_bound")
+    effort = ("steps",)
+    demo_rows = (dict(steps=1), dict(steps=2), dict(steps=4), dict(steps=2, rule="linear", leniency=0.2))
+
+    def recognise(self, config):
+        return (config.get("specdiff_role") == "uniform-drafter" or config.get("model_type") == "diffusion_gemma"
+                or "DiffusionGemma" in " ".join(config.get("architectures") or []))
+
+    def loader(self, config, transformers):
+        known = [getattr(transformers, a) for a in config.get("architectures") or [] if hasattr(transformers, a)]
+        return known[0] if known else transformers.AutoModel
+
+    def build(self, model, config, defaults, tokenizer, target=None, **options):
+        self.check_options(options)
+        return UniformDiffusionDrafter(model, **{**defaults, **options})
+
+
+register(UniformKind())

@@ -25,8 +25,10 @@ def request_features(prompts: list[str], cache, verifier: str, drafter: str, blo
 
     tokenizer = cache.tokenizer(verifier)
     target = cache.get(verifier, "verifier")
-    kind = cache.kind(drafter)
-    draft_model = cache.get(drafter, "drafter", verifier=target, **({"steps": 1} if kind in ("masked", "block") else {}))
+    from specdiff.drafters import registry
+
+    spec = registry.get(cache.kind(drafter))
+    draft_model = cache.get(drafter, "drafter", verifier=target, **({"steps": 1} if "steps" in spec.effort else {}))
     if draft_model.verifier_hidden_layers is not None:
         raise ValueError(f"route features need a drafter that drafts from the tokens alone; {drafter} reads the "
                          "verifier's hidden states: fit the router on a sweep of a masked, block or AR drafter")

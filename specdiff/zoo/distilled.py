@@ -20,8 +20,14 @@ import json
 import os
 from pathlib import Path
 
+from specdiff.drafters import registry
+
 DISTILLED_DIR = Path(os.environ.get("SPECDIFF_DISTILLED_DIR", Path(__file__).parent / "distilled"))
-ROLES = {"distilled-dflash": "dflash", "distilled-ar": "ar", "distilled-masked": "masked"}
+
+
+def roles() -> dict[str, str]:
+    """specdiff_role of a distilled drafter -> its kind name ("distilled-dflash" -> "dflash")."""
+    return {spec.distilled_role: spec.name for spec in registry.specs() if spec.distilled_role}
 
 
 class WrongVerifier(ValueError):
@@ -45,7 +51,7 @@ def folder(name_or_path: str) -> Path | None:
     """The folder of a shipped name or of a local distilled drafter; None when it is neither."""
     for path in (DISTILLED_DIR / str(name_or_path), Path(name_or_path)):
         config = path / "config.json"
-        if config.is_file() and json.loads(config.read_text()).get("specdiff_role") in ROLES:
+        if config.is_file() and json.loads(config.read_text()).get("specdiff_role") in roles():
             return path
     return None
 
@@ -73,32 +79,20 @@ def build(path: Path, target, target_name: str | None = None):
         raise WrongVerifier(f"the drafter {Path(path).name} was trained for the verifier {trained_for!r}, not for "
                             f"{target_name or 'this verifier'!r} (its weights differ): distill one for it with "
                             f"`specdiff distill --verifier {target_name or 'VERIFIER'} --kind "
-                            f"{ROLES[config['specdiff_role']]} --out DIR`")
+                            f"{registry.by_distilled_role(config['specdiff_role']).name} --out DIR`")
     weights = load_file(str(Path(path) / "model.safetensors"))
-    kind = ROLES[config["specdiff_role"]]
+    spec = registry.by_distilled_role(config["specdiff_role"])
     settings = {k: v for k, v in config.items() if not k.startswith("specdiff_") and k != "model_type"}
     model_config = transformers.AutoConfig.for_model(config["model_type"], **settings)
     model_config.specdiff_anchor_state = bool(config.get("specdiff_anchor_state", False))  # read by DFlashDrafter
-    d2t = None
-    if kind in ("dflash", "masked"):
-        d2t = torch.tensor(json.loads((Path(path) / "draft_vocab.json").read_text())["draft_to_target"])
-    if kind == "dflash":
-        model = transformers.MuseGlimmerAssistantModel(model_config)
-    elif kind == "masked":  # embed(x) = E[x] P, head = E[d2t] P (zoo_tools.distill_masked)
-        model = transformers.Qwen3ForCausalLM(model_config)
-        model.lm_head = torch.nn.Linear(model_config.hidden_size, len(d2t), bias=False)
-        embeddings = target.get_input_embeddings().weight.detach().float().cpu()
-        projection = weights.pop("specdiff_projection").float()
-        weights["model.embed_tokens.weight"] = embeddings @ projection  # [V, d]
-        weights["lm_head.weight"] = embeddings[d2t] @ projection  # [V_d, d]
-    else:
-        model = transformers.AutoModelForCausalLM.from_config(model_config)
-        weights["model.embed_tokens.weight"] = target.get_input_embeddings().weight.detach()
+    vocab_file = Path(path) / "draft_vocab.json"
+    d2t = torch.tensor(json.loads(vocab_file.read_text())["draft_to_target"]) if vocab_file.is_file() else None
+    model, shared = spec.distilled_model(model_config, weights, target, d2t)  # the verifier's shared weights set
     missing, unexpected = model.load_state_dict({k: v.float() for k, v in weights.items()}, strict=False)
-    missing = [m for m in missing if not (kind == "ar" and m == "lm_head.weight")]  # tied to the embeddings
+    missing = [m for m in missing if m not in shared]
     if missing or unexpected:
         raise ValueError(f"{path}: the weights do not match the config (missing {missing[:3]}, unexpected "
                          f"{unexpected[:3]})")
-    if kind == "ar":
-        model.tie_weights()
+    if hasattr(spec, "finish_distilled"):
+        spec.finish_distilled(model)
     return model.float().to(target.device).eval(), config, d2t

@@ -73,7 +73,7 @@ def drafter_dirs(tmp_path_factory):
 
 
 KINDS = {"masked (Dream stand-in)": "masked", "masked (LLaDA stand-in)": "masked", "block (SDAR stand-in)": "block",
-         "uniform (DiffusionGemma)": "uniform", "autoregressive": "autoregressive"}
+         "uniform (DiffusionGemma)": "uniform", "autoregressive": "ar"}
 
 
 @pytest.mark.parametrize("verifier_kind", VERIFIERS)
@@ -89,7 +89,7 @@ def test_one_round_with_each_drafter_against_each_verifier(tmp_path, drafter_dir
     expected = {**{label: KINDS[label] for label in drafter_dirs}, "dflash": "dflash"}
     classes = {"masked": sd.MaskedDiffusionDrafter, "block": sd.BlockDiffusionDrafter,
                "uniform": sd.UniformDiffusionDrafter, "dflash": sd.DFlashDrafter,
-               "autoregressive": sd.AutoregressiveDrafter}
+               "ar": sd.AutoregressiveDrafter}
     for label, drafter in drafters.items():
         assert type(drafter) is classes[expected[label]], label
         gen = sd.SpeculativeGenerator(drafter, verifier, block_size=3, proposal="point_mass", eos_token_id=[])
@@ -112,7 +112,7 @@ def test_conventions_read_from_the_config(drafter_dirs):
     assert models.drafter_kind({"model_type": "diffusion_gemma"}) == "uniform"
     assert models.drafter_kind({"model_type": "muse_glimmer_assistant", "target_layer_ids": [1], "block_size": 16}) \
         == "dflash"
-    assert models.drafter_kind({"architectures": ["Gemma3ForCausalLM"]}) == "autoregressive"
+    assert models.drafter_kind({"architectures": ["Gemma3ForCausalLM"]}) == "ar"
     assert set(models.DRAFTER_KINDS) == {"masked", "uniform", "block", "dflash", "ar"}
 
 

@@ -64,12 +64,13 @@ def test_shards_keep_finished_new_turns_that_are_not_held_out_and_resume(verifie
 
     monkeypatch.setattr("specdiff.engine.baselines.autoregressive_generate", fake_generate)
     out = tmp_path / "data"
-    index = distill_data.generate(out, path, shards=1, samples=5, held_out=[str(held_out)], show_progress=False)
+    index = distill_data.generate(out, path, shards=1, samples=5, held_out=[str(held_out)], show_progress=False,
+                                  passages=0)
     assert index["conversations"] == 1 and calls == [5, 1]
     (prompt, response), = distill_data.load_shards(out)
     assert response == [7, 8, eos] and "rocks does Omar have" in tok.decode(prompt)  # the template around it
     first = (out / "shard-00000.npz").read_bytes()
-    index = distill_data.generate(out, path, shards=2, samples=5, show_progress=False)  # resumes at shard 1
+    index = distill_data.generate(out, path, shards=2, samples=5, show_progress=False, passages=0)  # resumes at shard 1
     assert (out / "shard-00000.npz").read_bytes() == first and len(index["shards"]) == 2
     assert index["shards"][1]["conversations"] == 0  # its turns repeat shard 0's or are filtered
     assert len(index["prompt_set_sha256"]) == 64
@@ -101,7 +102,8 @@ def test_a_verifier_without_a_chat_template_gets_raw_prompts_and_is_told(tmp_pat
     monkeypatch.setattr("specdiff.engine.baselines.autoregressive_generate", fake_generate)
     assert distill_data.user_prefix(tok) is None
     with pytest.warns(UserWarning, match="no chat template: the prompts are used raw"):
-        index = distill_data.generate(tmp_path / "data", str(path), shards=1, samples=2, show_progress=False)
+        index = distill_data.generate(tmp_path / "data", str(path), shards=1, samples=2, show_progress=False,
+                                      passages=0)
     assert seen[0] == [[tok.bos_token_id]] * 2  # written from BOS alone, no template
     assert index["raw_prompts"] is True and index["conversations"] == 1
     (prompt, response), = distill_data.load_shards(tmp_path / "data")
