@@ -42,6 +42,12 @@ def register(subparsers) -> None:
     data.add_argument("--out", default=None, help="data folder (default data/distill/VERIFIER)")
     data.add_argument("--shards", type=positive_int, required=True, help="total shards wanted (resumes)")
     data.add_argument("--samples", type=positive_int, default=64, help="user turns drafted per shard (default 64)")
+    data.add_argument("--passages", type=int, default=None,
+                      help="long-input conversations per shard: a passage the verifier writes, then a task on it "
+                           "(default samples / 2; 0: Magpie turns alone, the first 36 shards' recipe)")
+    data.add_argument("--dtype", choices=("auto", "float32", "bfloat16"), default=None,
+                      help="the verifier's dtype while generating (default auto: bfloat16 on a CPU with native "
+                           "bfloat16 or CUDA, else float32)")
     data.add_argument("--user-max-tokens", type=positive_int, default=64)
     data.add_argument("--response-max-tokens", type=positive_int, default=192)
     data.add_argument("--seed", type=int, default=0)
@@ -64,7 +70,7 @@ def run_data(args) -> int:
     out = args.out or f"data/distill/{args.verifier}"
     index = generate(out, args.verifier, args.shards, samples=args.samples, seed=args.seed,
                      user_max_tokens=args.user_max_tokens, response_max_tokens=args.response_max_tokens,
-                     held_out=args.held_out, show_progress=not args.json)
+                     held_out=args.held_out, show_progress=not args.json, passages=args.passages, dtype=args.dtype)
     summary = {key: index[key] for key in ("verifier", "conversations", "tokens", "prompt_set_sha256")}
     if index.get("raw_prompts"):
         summary["note"] = "the verifier's tokenizer has no chat template: the prompts were used raw"

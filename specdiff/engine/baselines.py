@@ -17,16 +17,17 @@ import torch
 
 from specdiff.lm.cache import cache_kwargs, new_cache
 from specdiff.lm.masks import left_pad, position_ids
-from specdiff.lm.sampling import sample_rows, sampling_probs
+from specdiff.lm.sampling import sample_fast, sample_rows, sampling_probs
 
 
 @torch.inference_mode()
 def autoregressive_generate(model, rows: list[list[int]], max_new_tokens: int, eos_token_ids: set[int],
                             temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0,
                             generator: torch.Generator | None = None, pad_token_id: int = 0,
-                            greedy_rows: list[bool] | None = None):
+                            greedy_rows: list[bool] | None = None, fast_sampling: bool = False):
     """Plain cached decoding of a batch of prompts (rows of token ids). Returns (ids per row, seconds).
-    greedy_rows: rows decoded by argmax whatever the sampling settings (distillation data mixes both)."""
+    greedy_rows: rows decoded by argmax whatever the sampling settings (distillation data mixes both);
+    fast_sampling: `lm.sampling.sample_fast` (the same law, other draws: for large batches)."""
     begin = time.perf_counter()
     device = next(model.parameters()).device
     ids, key_mask = left_pad(rows, pad_token_id, device)
@@ -40,7 +41,10 @@ def autoregressive_generate(model, rows: list[list[int]], max_new_tokens: int, e
     eos = torch.tensor(sorted(eos_token_ids) or [-1], device=device)
     greedy = None if greedy_rows is None else torch.tensor(greedy_rows, dtype=torch.bool, device=device)[:, None]
     for _ in range(max_new_tokens):
-        token = sample_rows(sampling_probs(logits, temperature, top_p, top_k), generator)[:, None]  # [b, 1]
+        if fast_sampling:
+            token = sample_fast(logits, temperature, top_p, top_k, generator)[:, None]  # [b, 1]
+        else:
+            token = sample_rows(sampling_probs(logits, temperature, top_p, top_k), generator)[:, None]  # [b, 1]
         if greedy is not None:
             token = torch.where(greedy, logits.argmax(-1, keepdim=True), token)
         for row, value in enumerate(token.squeeze(1).tolist()):

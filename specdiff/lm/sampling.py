@@ -40,12 +40,16 @@ def filter_logits(logits: torch.Tensor, top_p: float = 1.0, top_k: int = 0) -> t
         logits = logits.masked_fill(logits < candidates[..., -1:], float("-inf"))
     probs = (candidates - logits.logsumexp(-1, keepdim=True)).exp()  # [..., k]: their probabilities
     cumulative = probs.cumsum(-1)
-    if bool((cumulative[..., -1] < top_p).any()):  # some nucleus is wider than the candidates
-        candidates = logits.sort(dim=-1, descending=True).values
-        probs = candidates.softmax(-1)
-        cumulative = probs.cumsum(-1)
     kept = (cumulative - probs < top_p).sum(-1, keepdim=True)  # >= 1: the mass before each kept token < top_p
-    cutoff = candidates.gather(-1, kept - 1)  # the least likely kept logit
+    cutoff = candidates.gather(-1, kept - 1)  # [..., 1]: the least likely kept logit
+    wide = cumulative[..., -1] < top_p  # [...]: rows whose nucleus is wider than the candidates
+    if bool(wide.any()):  # those rows alone are sorted in full
+        rows = logits[wide]  # [n, V]
+        ordered = rows.sort(dim=-1, descending=True).values
+        row_probs = ordered.softmax(-1)
+        row_kept = ((row_probs.cumsum(-1) - row_probs) < top_p).sum(-1, keepdim=True)
+        cutoff = cutoff.clone()
+        cutoff[wide] = ordered.gather(-1, row_kept - 1)
     return logits.masked_fill(logits < cutoff, float("-inf"))
 
 
@@ -89,3 +93,28 @@ def check_finite(logits: torch.Tensor, who: str, round_index: int | None = None)
     """Raises NonFiniteLogits when a model's raw logits hold NaN or inf."""
     if not bool(torch.isfinite(logits).all()):
         raise NonFiniteLogits(who, "NaN" if bool(torch.isnan(logits).any()) else "inf", round_index)
+
+
+def sample_fast(logits: torch.Tensor, temperature: float, top_p: float = 1.0, top_k: int = 0,
+                generator: torch.Generator | None = None) -> torch.Tensor:
+    """One draw per row of logits [b, V] from the same law as `sample_rows(sampling_probs(...))`, but other
+    draws: the row is sampled among its TOP_P_CANDIDATES most likely tokens whenever its nucleus lies inside
+    them (one pass over V for the normaliser, none for sorting), and by the full path otherwise. For batches
+    of many rows (distillation data), where the full path's [b, V] passes cost a third of a forward.
+    temperature 0 is greedy. Returns indices [b]."""
+    logits = logits.float()
+    if temperature == 0:
+        return logits.argmax(-1)
+    if top_p >= 1.0 or top_k:
+        return sample_rows(sampling_probs(logits, temperature, top_p, top_k), generator)
+    scaled = logits / temperature  # [b, V]
+    top, ids = scaled.topk(min(scaled.shape[-1], TOP_P_CANDIDATES), dim=-1)  # [b, k], descending
+    probs = (top - scaled.logsumexp(-1, keepdim=True)).exp()  # [b, k]: their probabilities
+    cumulative = probs.cumsum(-1)
+    cutoff = top.gather(-1, (cumulative - probs < top_p).sum(-1, keepdim=True) - 1)  # [b, 1]: least likely kept
+    kept = top >= cutoff  # [b, k]: the nucleus, ties at the cut kept (as `filter_logits`)
+    choice = ids.gather(-1, sample_rows(probs * kept, generator)[:, None])[:, 0]  # [b]
+    wide = cumulative[:, -1] < top_p  # rows whose nucleus is wider than the candidates: the full path
+    if bool(wide.any()):
+        choice[wide] = sample_rows(sampling_probs(logits[wide], temperature, top_p, top_k), generator)
+    return choice

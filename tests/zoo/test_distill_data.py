@@ -110,3 +110,51 @@ def test_a_verifier_without_a_chat_template_gets_raw_prompts_and_is_told(tmp_pat
     written = tok.decode(words("Omar has 12 bags of rocks in his shed"), skip_special_tokens=True).strip()
     assert tok.decode(prompt, skip_special_tokens=True).strip() == written and "rocks" in written
     assert response == [7, 8]
+
+
+def test_recipe_2_adds_passages_long_tasks_greedy_halves_drops_loops_and_checks_shards(verifier_dir, tmp_path,
+                                                                                        monkeypatch):
+    """Passages written by the verifier become long inputs; every other row is greedy; a response that repeats a
+    10-gram 3 times is dropped and counted; a shard whose file changes fails its checksum: load_shards refuses it
+    naming the file, and the next `generate` regenerates it."""
+    path, tok = verifier_dir
+    eos = tok.eos_token_id
+    words = lambda text: tok(text, add_special_tokens=False).input_ids  # noqa: E731
+    passage = [40 + (7 * i) % 200 for i in range(130)]  # 130 tokens, no 10-gram repeated
+    loop = [7, 8, 9, 10, 11, 12, 13, 14, 15, 16] * 3
+    calls = []
+
+    def fake_generate(model, rows, max_new_tokens, eos_token_ids, *sampling, generator=None, pad_token_id=0, **kw):
+        calls.append((len(rows), kw.get("greedy_rows")))
+        if len(calls) % 3 == 1:  # the user turns
+            return [words(f"How many rocks does Omar have in bag {i}") + [eos] for i in range(len(rows))], 0.0
+        if len(calls) % 3 == 2:  # the passages: one loops, one is too short, the rest are used
+            return [loop, words("short one") + [eos]] + [passage + [eos]] * (len(rows) - 2), 0.0
+        return [[7, 8, eos] if i else loop for i in range(len(rows))], 0.0  # the responses: the first loops
+
+    monkeypatch.setattr("specdiff.engine.baselines.autoregressive_generate", fake_generate)
+    out = tmp_path / "data"
+    index = distill_data.generate(out, path, shards=1, samples=3, passages=4, show_progress=False)
+    shard = index["shards"][0]
+    assert calls[1][1] == [True, False, True, False] and calls[0][1] is None  # user turns sampled, halves greedy
+    assert shard["recipe"] == 2 and shard["dropped"]["repetitive"] == 2  # the looping passage and response
+    assert shard["kinds"] == {"magpie": 2, "passage": 3, "long_task": 2}  # one magpie answer dropped (it looped)
+    data = __import__("numpy").load(out / shard["file"])
+    assert len(data["greedy"]) == len(data["kind"]) == shard["conversations"] == 7
+    conversations = distill_data.load_shards(out)
+    long_prompts = [p for p, _ in conversations if len(p) > 100]
+    assert len(long_prompts) == 2  # the passage inside the task prompt
+    (out / shard["file"]).write_bytes((out / shard["file"]).read_bytes()[:-8] + b"\0" * 8)
+    with pytest.raises(distill_data.ShardChecksumError, match="shard-00000.npz"):
+        distill_data.load_shards(out)
+    index = distill_data.generate(out, path, shards=1, samples=3, passages=4, show_progress=False)
+    assert distill_data.load_shards(out)  # regenerated, checksum holds again
+
+
+def test_spec_bench_questions_are_held_out():
+    texts = distill_data.spec_bench_texts()
+    assert len(texts) >= 480  # every question, both turns where there are two
+    grams = distill_data.held_out_ngrams()
+    assert distill_data._ngrams(texts[0]) <= grams
+    assert distill_data.repeats_itself([1, 2, 3, 4, 5, 6, 7, 8, 9, 10] * 3)
+    assert not distill_data.repeats_itself(list(range(40)))
