@@ -43,13 +43,16 @@ def is_real(name_or_path: str) -> bool:
     return name_or_path not in zoo.TRAINABLE
 
 
-def load(name_or_path: str, role: str = "verifier", verifier=None, verifier_tokenizer=None, **options):
+def load(name_or_path: str, role: str = "verifier", verifier=None, verifier_tokenizer=None, dtype: str | None = None,
+         **options):
     """A ready `sd.Verifier` (role="verifier") or drafter (role="drafter") for a name (module docstring).
     verifier: the `sd.Verifier` the drafter will serve (needed by DFlash for a local checkpoint; with it the
-    drafter's vocabulary is fitted to the verifier's, using verifier_tokenizer if given)."""
+    drafter's vocabulary is fitted to the verifier's, using verifier_tokenizer if given). dtype: "float32" or
+    "bfloat16" for a real checkpoint (None: `lm.precision.default_dtype`, bfloat16 where native); a drafter
+    beside a verifier follows the verifier's dtype; the testbed's models always run in float32."""
     if role not in ("verifier", "drafter"):
         raise ValueError(f"unknown role {role!r}: expected 'verifier' or 'drafter'")
-    cache = ModelCache()
+    cache = ModelCache(dtype=dtype)
     if role == "verifier":
         return cache.get(name_or_path, "verifier", **options)
     drafter = cache.get(name_or_path, "drafter", verifier=verifier, **options)
@@ -141,8 +144,11 @@ class ModelCache:
     loaded model for every set of options, which copies nothing. A sweep over many configurations of the same
     pair reads each checkpoint once."""
 
-    def __init__(self, device: str | None = None):
+    def __init__(self, device: str | None = None, dtype: str | None = None):
+        from specdiff.lm import precision
+
         self.models, self.tokenizers, self.device = {}, {}, device
+        self.dtype = precision.resolve(dtype, device or "cpu")  # of real checkpoints; the testbed's stay float32
 
     def get(self, name: str, role: str, verifier=None, **options):
         """A Verifier (role "verifier") or a drafter (role "drafter") of a name (module docstring)."""
@@ -164,6 +170,8 @@ class ModelCache:
         spec = registry.find(name)
         name = spec.zoo_model if spec is not None and spec.zoo_model else name  # "masked", "ar": its zoo model
         model, config, defaults = self._loaded(name)
+        if verifier is not None and is_real(name):  # a drafter follows its verifier's dtype
+            model = model.to(_model_dtype(verifier.model))
         return wrap(model, config, defaults, self.tokenizer(name), role, verifier=verifier, **options)
 
     def kind(self, name: str) -> str:
@@ -173,7 +181,11 @@ class ModelCache:
     def _loaded(self, name: str):
         """(model, config, sampling defaults) of a zoo name, fetched name, GGUF file or path, loaded once."""
         if name not in self.models:
+            from specdiff.lm import precision
+
             model, *rest = load_model(name)
+            if is_real(name):
+                model = model.to(precision.torch_dtype(self.dtype))
             if self.device is not None:
                 model = model.to(self.device)
             self.models[name] = (model, *rest)
@@ -270,6 +282,10 @@ def load_model(name_or_path: str):
     loader = spec.loader(config, transformers)
     model = loader.from_pretrained(path, local_files_only=True, trust_remote_code=spec.remote_code(config)).eval()
     return model, config, _sampling_defaults(model)
+
+
+def _model_dtype(model):
+    return next(model.parameters()).dtype
 
 
 def _config(folder) -> dict:

@@ -56,14 +56,30 @@ def folder(name_or_path: str) -> Path | None:
     return None
 
 
-def fingerprint(model) -> str:
-    """A verifier's identity: sha256 over its shape and a sample of its embedding rows (float32 bytes)."""
+def fingerprint(model, legacy: bool = False) -> str:
+    """A verifier's identity, the same in every dtype it runs in: sha256 over its shape and a sample of its
+    embedding rows rounded to bfloat16 (so float32 and bfloat16 copies of one checkpoint agree). legacy: the
+    first version's float32 bytes (drafters distilled before issue 41 recorded that; checked in float32 only)."""
+    import torch
+
     config = model.config.get_text_config()
     embed = model.get_input_embeddings().weight.detach()
-    rows = embed[:: max(1, embed.shape[0] // 64)][:64].float().contiguous()
+    rows = embed[:: max(1, embed.shape[0] // 64)][:64].float()
+    rows = (rows if legacy else rows.to(torch.bfloat16).float()).contiguous().cpu()
     digest = hashlib.sha256(f"{config.vocab_size}/{config.hidden_size}/{config.num_hidden_layers}".encode())
     digest.update(rows.numpy().tobytes())
     return digest.hexdigest()[:16]
+
+
+def _fits(target, expected: str) -> bool:
+    embed = target.get_input_embeddings().weight
+    return fingerprint(target) == expected or (embed.dtype == _float32() and fingerprint(target, legacy=True) == expected)
+
+
+def _float32():
+    import torch
+
+    return torch.float32
 
 
 def build(path: Path, target, target_name: str | None = None):
@@ -75,9 +91,11 @@ def build(path: Path, target, target_name: str | None = None):
 
     config = json.loads((Path(path) / "config.json").read_text())
     trained_for, expected = config.get("specdiff_target"), config.get("specdiff_target_fingerprint")
-    if expected is not None and fingerprint(target) != expected:
+    if expected is not None and not _fits(target, expected):
+        given = "a different checkpoint under the same name" if target_name == trained_for else repr(
+            target_name or "this verifier")
         raise WrongVerifier(f"the drafter {Path(path).name} was trained for the verifier {trained_for!r}, not for "
-                            f"{target_name or 'this verifier'!r} (its weights differ): distill one for it with "
+                            f"{given} (its weights differ): distill one for it with "
                             f"`specdiff distill --verifier {target_name or 'VERIFIER'} --kind "
                             f"{registry.by_distilled_role(config['specdiff_role']).name} --out DIR`")
     weights = load_file(str(Path(path) / "model.safetensors"))
@@ -95,4 +113,5 @@ def build(path: Path, target, target_name: str | None = None):
                          f"{unexpected[:3]})")
     if hasattr(spec, "finish_distilled"):
         spec.finish_distilled(model)
-    return model.float().to(target.device).eval(), config, d2t
+    dtype = target.get_input_embeddings().weight.dtype  # drafters follow their verifier's dtype
+    return model.to(device=target.device, dtype=dtype).eval(), config, d2t
