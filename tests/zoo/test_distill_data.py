@@ -158,3 +158,11 @@ def test_spec_bench_questions_are_held_out():
     assert distill_data._ngrams(texts[0]) <= grams
     assert distill_data.repeats_itself([1, 2, 3, 4, 5, 6, 7, 8, 9, 10] * 3)
     assert not distill_data.repeats_itself(list(range(40)))
+
+
+def test_a_looping_response_is_cut_before_its_repetition_or_dropped_when_little_remains():
+    head = list(range(100, 140))  # 40 tokens that do not repeat
+    loop = list(range(10, 22)) * 3
+    assert distill_data.cut_repetition(head + loop) == head + loop[:12]  # the first instance kept
+    assert distill_data.cut_repetition(list(range(5)) + loop) is None  # 17 tokens left: dropped
+    assert distill_data.cut_repetition(head) == head
