@@ -56,7 +56,9 @@ def load(name_or_path: str, role: str = "verifier", verifier=None, verifier_toke
     if role == "verifier":
         return cache.get(name_or_path, "verifier", **options)
     drafter = cache.get(name_or_path, "drafter", verifier=verifier, **options)
-    if verifier is not None and name_or_path != LOOKUP and distilled.folder(name_or_path) is None:
+    spec = registry.find(name_or_path)
+    modelless = spec is not None and not spec.needs_model
+    if verifier is not None and not modelless and distilled.folder(name_or_path) is None:
         from specdiff.drafters.vocab import fit_vocabulary
 
         fit_vocabulary(drafter, verifier, cache.tokenizer(name_or_path), verifier_tokenizer)
@@ -68,12 +70,12 @@ def resolve(drafter: str, verifier: str | None = None) -> tuple[str, str]:
     reference); with a real `verifier`, the distilled kinds name its own distilled drafters (`for_verifier`)."""
     if verifier is not None:
         drafter = for_verifier(drafter, verifier)
-    if drafter == LOOKUP:
-        return LOOKUP, LOOKUP
+    spec = registry.find(drafter)
+    if spec is not None and not spec.needs_model:  # prompt lookup, and any kind built without a checkpoint
+        return spec.name, spec.name
     folder = distilled.folder(drafter)
     if folder is not None:
         return registry.by_distilled_role(_config(folder)["specdiff_role"]).name, drafter
-    spec = registry.find(drafter)
     if spec is not None and spec.zoo_model:
         return spec.name, spec.zoo_model
     spec = registry.by_zoo_model(drafter)
@@ -156,9 +158,9 @@ class ModelCache:
             wrapped = wrap(*self._loaded(name), self.tokenizer(name), role, **options)
             wrapped.name = str(name)  # named in a distilled drafter's refusal
             return wrapped
-        if name == LOOKUP:  # no model to load; its n-gram knobs are its only options
-            return registry.get(LOOKUP).build(**{k: v for k, v in options.items()
-                                                 if k in registry.get(LOOKUP).option_keys})
+        spec = registry.find(name)
+        if spec is not None and not spec.needs_model:  # prompt lookup: no model; its own knobs are its options
+            return spec.build(**{k: v for k, v in options.items() if k in spec.option_keys})
         folder = distilled.folder(name)
         if folder is not None:  # distilled for a real verifier: built once around the verifier's shared weights
             if verifier is None:
@@ -167,7 +169,6 @@ class ModelCache:
                 self.models[("distilled", name)] = distilled.build(folder, verifier.model,
                                                                    getattr(verifier, "name", None))
             return wrap_distilled(self.models[("distilled", name)], verifier, **options)
-        spec = registry.find(name)
         name = spec.zoo_model if spec is not None and spec.zoo_model else name  # "masked", "ar": its zoo model
         model, config, defaults = self._loaded(name)
         if verifier is not None and is_real(name):  # a drafter follows its verifier's dtype
@@ -192,9 +193,9 @@ class ModelCache:
         return self.models[name]
 
     def tokenizer(self, name: str):
-        if name == LOOKUP or distilled.folder(name) is not None:
-            return None  # it drafts the verifier's own ids (a distilled drafter: the verifier's tokenizer)
         spec = registry.find(name)
+        if (spec is not None and not spec.needs_model) or distilled.folder(name) is not None:
+            return None  # it drafts the verifier's own ids (a distilled drafter: the verifier's tokenizer)
         name = spec.zoo_model if spec is not None and spec.zoo_model else name
         if name not in self.tokenizers:
             self.tokenizers[name] = load_tokenizer(name)

@@ -77,9 +77,11 @@ class Drafter:
     target_vocab: int | None = None  # the verifier's vocabulary size, with draft_to_target
 
     @property
-    def model_vocab_size(self) -> int:
-        """Rows of the drafter model's output (its embedding size)."""
-        return int(self.model.config.get_text_config().vocab_size)
+    def model_vocab_size(self) -> int | None:
+        """Rows of the drafter model's output (its embedding size); None for a drafter without a model, which
+        drafts ids it has read and so fits any verifier (prompt lookup)."""
+        model = getattr(self, "model", None)
+        return None if model is None else int(model.config.get_text_config().vocab_size)
 
     @property
     def vocab_size(self) -> int:
@@ -88,6 +90,11 @@ class Drafter:
         if self.draft_to_target is not None and self.target_vocab is not None:
             return int(self.target_vocab)
         return self.model_vocab_size if self.output_vocab is None else int(self.output_vocab)
+
+    def adopt_vocabulary(self, vocab_size: int) -> None:
+        """A drafter without a model takes the verifier's vocabulary size (`fit_vocabulary`)."""
+        if getattr(self, "model", None) is None:
+            self.output_vocab = int(vocab_size)
 
     def trim(self, logits: torch.Tensor) -> torch.Tensor:
         """logits [..., V_model] -> [..., vocab_size]: the rows the verifier has (a view, no copy); with a draft
