@@ -7,7 +7,7 @@ A distilled drafter's folder (`specdiff distill --out DIR`, or `DISTILLED_DIR/<v
 - model.safetensors: the trained weights only, float16. Weights equal to the verifier's (its embeddings, and
   for DFlash its LM head) are not stored: `build` takes them from the verifier at load time (the masked
   drafter's tables are the verifier's embeddings times its trained projection, `specdiff_projection`:
-  `specdiff.zoo_tools.distill_masked`);
+  `specdiff.training.build`);
 - draft_vocab.json (DFlash, masked): `draft_to_target`, the verifier id of each row of the drafter's head (d2t).
 
 The shipped weights' sha256 are in `DISTILLED_DIR/manifest.json` (`specdiff.manifest`);
@@ -84,7 +84,7 @@ def build(path: Path, target, target_name: str | None = None):
         d2t = torch.tensor(json.loads((Path(path) / "draft_vocab.json").read_text())["draft_to_target"])
     if kind == "dflash":
         model = transformers.MuseGlimmerAssistantModel(model_config)
-    elif kind == "masked":  # embed(x) = E[x] P, head = E[d2t] P (zoo_tools.distill_masked)
+    elif kind == "masked":  # embed(x) = E[x] P, head = E[d2t] P (training.build)
         model = transformers.Qwen3ForCausalLM(model_config)
         model.lm_head = torch.nn.Linear(model_config.hidden_size, len(d2t), bias=False)
         embeddings = target.get_input_embeddings().weight.detach().float().cpu()
