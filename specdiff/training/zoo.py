@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 
 from specdiff.training import build, data
+from specdiff.training.checkpoint import read
 from specdiff.training.loop import fit
 from specdiff.training.objectives import OBJECTIVES
 from specdiff.training.schedule import stage_of
@@ -59,6 +60,9 @@ def train(name: str, run_dir: str | Path | None = None, out_dir: str | Path | No
     print(f"training {name}: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M params, {recipe['steps']} "
           f"steps of {recipe['batch_size']}", flush=True)
     began = time.time()
+    saved = read(run_dir / "checkpoint.pt") if resume else None
+    if saved is not None:
+        print(f"resumed {name} at step {saved['step']}")
 
     def probe(done: int, state: dict) -> None:
         if done % probe_every == 0 or done == recipe["steps"]:
