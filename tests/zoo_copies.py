@@ -18,7 +18,7 @@ def with_new_drafters(root: Path) -> Path:
     shutil.copytree(zoo.MODELS_DIR, copy)
     for name in configs.TRAINABLE:
         if not (copy / name / "model.safetensors").is_file():
-            from specdiff.zoo_tools.train import train
+            from specdiff.training.zoo import train
 
             train(name, run_dir=root / f"run-{name}", out_dir=copy / name, steps=1, threads=1, progress=False)
     return copy

@@ -1,7 +1,7 @@
 """`specdiff distill`: drafters trained by specdiff for a user's verifier (issue 31).
 
 `specdiff distill --verifier V --kind dflash|ar|masked --out DIR`: trains a drafter on the data below
-(`specdiff.zoo_tools.distill_train`), resumable from DIR/checkpoint.pt, with a progress bar and a `--json`
+(`specdiff.training.distill`), resumable from DIR/checkpoint.pt, with a progress bar and a `--json`
 summary; `specdiff generate --verifier V --drafter DIR` then uses it.
 
 `specdiff distill data --verifier V --out DIR --shards N`: the training data, conversations the verifier
@@ -83,7 +83,7 @@ def run_train(args) -> int:
     import torch
 
     from specdiff.runs.model_cache import quiet_transformers
-    from specdiff.zoo_tools.distill_train import DRAFT_SIZE, train
+    from specdiff.training.distill import DRAFT_SIZE, train
 
     if not (args.verifier and args.kind and args.out):
         missing = [flag for flag, value in (("--verifier", args.verifier), ("--kind", args.kind),

@@ -87,7 +87,7 @@ def run_list(args: argparse.Namespace) -> int:
 
 def run_train(args: argparse.Namespace) -> int:
     from specdiff.zoo import model_dir
-    from specdiff.zoo_tools.train import train
+    from specdiff.training.zoo import train
 
     out = model_dir(args.name) if args.replace_shipped else args.out
     train(args.name, run_dir=args.run_dir, out_dir=out, steps=args.steps, threads=args.threads,

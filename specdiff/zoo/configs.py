@@ -16,14 +16,15 @@ docs/drafters.md describes them); each moves into the shipped `MODEL_NAMES` once
 - `block-drafter`: SDAR-style block diffusion on the masked drafter's Qwen3 backbone, from the
   ar-drafter's weights: committed tokens attend causally (they are cached once), a block of
   `BLOCK_TOKENS` after a random cut is masked at ratio t and attends to the prefix and, bidirectionally,
-  to itself (`zoo_tools.drafter_objectives.block_loss`), plus the causal next-token loss.
+  to itself (`training.objectives.masked_diffusion`, block-causal), plus the causal next-token loss.
 - `uniform-drafter`: uniform diffusion (DiffusionGemma's objective and sampler) on the masked drafter's
   Qwen3 backbone run block-causally (committed tokens cached causally, the canvas bidirectional), from
-  the masked drafter's weights (`uniform_block_loss`). The earlier DiffusionGemma-architecture recipe
-  (`DiffusionGemmaForBlockDiffusion` from scratch, `uniform_loss`) scored 0.038 standalone.
+  the masked drafter's weights (`training.objectives.uniform_diffusion`). The earlier DiffusionGemma-architecture recipe
+  (`DiffusionGemmaForBlockDiffusion` from scratch) scored 0.038 standalone; its training code
+  was dropped with the one trainer (git history before `training/` has it).
 - `dflash-drafter`: a DFlash draft model (`MuseGlimmerAssistantModel`) for the shipped verifier:
   the verifier's hidden states at `target_layer_ids` condition one step over [anchor, B masks],
-  through the verifier's frozen embeddings and LM head (`dflash_loss`).
+  through the verifier's frozen embeddings and LM head (`training.objectives.dflash`).
 """
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ A distilled drafter's folder (`specdiff distill --out DIR`, or `DISTILLED_DIR/<v
 - model.safetensors: the trained weights only, float16. Weights equal to the verifier's (its embeddings, and
   for DFlash its LM head) are not stored: `build` takes them from the verifier at load time (the masked
   drafter's tables are the verifier's embeddings times its trained projection, `specdiff_projection`:
-  `specdiff.zoo_tools.distill_masked`);
+  `specdiff.training.build`);
 - draft_vocab.json (DFlash, masked): `draft_to_target`, the verifier id of each row of the drafter's head (d2t).
 
 The shipped weights' sha256 are in `DISTILLED_DIR/manifest.json` (`specdiff.manifest`);

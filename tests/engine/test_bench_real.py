@@ -161,7 +161,8 @@ def tiny_masked(tiny, tmp_path_factory):
     """A masked drafter distilled (a few steps) for the tiny verifier, on random stored conversations."""
     import numpy as np
 
-    from specdiff.zoo_tools import distill_data, distill_train
+    from specdiff.training import distill as distill_train
+    from specdiff.zoo_tools import distill_data
 
     root = tmp_path_factory.mktemp("masked")
     rng = np.random.default_rng(0)

@@ -80,7 +80,7 @@ def test_bad_counts_and_paths_are_refused_when_parsed(argv, flag, capsys):
 
 @pytest.mark.parametrize("steps", [0, -1, 1.5, True])
 def test_train_function_refuses_a_bad_number_of_steps(steps, tmp_path):
-    from specdiff.zoo_tools.train import train
+    from specdiff.training.zoo import train
 
     with pytest.raises(ValueError, match="steps must be an integer >= 1"):
         train("ar-drafter", run_dir=tmp_path, steps=steps)

@@ -1,4 +1,4 @@
-"""`specdiff distill --kind dflash|ar|masked` (issues 31, 32; `specdiff.zoo_tools.distill_train`) on a tiny verifier and a
+"""`specdiff distill --kind dflash|ar|masked` (issues 31, 32; `specdiff.training.distill`) on a tiny verifier and a
 few stored conversations: the draft vocabulary, a resumed run equal to an uninterrupted one, the saved folder
 (trained weights only, float16; the shared ones come from the verifier at load time), loading it as a drafter
 of that verifier, and refusing another verifier, naming both."""
@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from specdiff.zoo_tools import distill_data, distill_train
+from specdiff.training import distill as distill_train
+from specdiff.zoo_tools import distill_data
 
 
 def _verifier(path, tok, seed: int, layers: int = 4):
@@ -128,6 +129,7 @@ def test_the_loaded_dflash_drafter_proposes_what_training_predicted(setup):
     """The drafter at inference (engine hidden states, KV cache, anchor state, draft vocabulary) computes what the
     training loss saw: the greedy draft after an anchor equals the argmax of the training forward there."""
     from specdiff import models
+    from specdiff.training.objectives.dflash import dflash_logits
     from specdiff.zoo_tools.distill_data import load_shards
 
     out = setup["root"] / "teacher-forced"
@@ -146,9 +148,10 @@ def test_the_loaded_dflash_drafter_proposes_what_training_predicted(setup):
         head = verifier.model.get_output_embeddings().weight[drafter.draft_to_target]
         to_draft = torch.full((verifier.vocab_size,), -100)
         to_draft[drafter.draft_to_target] = torch.arange(len(drafter.draft_to_target))
-        logits, _ = distill_train._dflash_logits(drafter.model, verifier.model, head, to_draft, [(prompt, response)],
-                                                 [context[0]], {**distill_train.DEFAULTS["dflash"], **settings},
-                                                 None, anchors_at=[[anchor]])
+        batch = dict(conversations=[(prompt, response)], context=context, head=head, to_draft=to_draft,
+                     embeddings=verifier.model.get_input_embeddings().weight, block=settings["block"], anchors=1,
+                     gamma=settings["gamma"], anchors_at=[[anchor]])
+        logits, _ = dflash_logits(drafter.model, batch)
     trained = drafter.draft_to_target[logits[0, 0].argmax(-1)].tolist()  # [B]
     prefix = ids[:, :anchor + 1]
     keys = torch.ones_like(prefix, dtype=torch.bool)

@@ -1,11 +1,27 @@
-"""MDLM training masks: number groups, grouped masking (a value is masked at every place it occurs),
-clean prefixes; and the drafter's canvas-only logits match the full forward."""
+"""MDLM training masks (`specdiff.training.objectives.masked.mask_tokens` on `training.data.mdlm_batch`): number
+groups, grouped masking (a value is masked at every place it occurs), clean prefixes; and the drafter's
+canvas-only logits match the full forward."""
 import torch
 
 from specdiff import zoo
 from specdiff.drafters.masked import masked_logits
 from specdiff.eval import tasks
-from specdiff.zoo_tools.train import mdlm_batch, mdlm_mask, number_groups
+from specdiff.training import data
+from specdiff.training.data import number_groups
+from specdiff.training.objectives.masked import mask_tokens
+
+
+def mdlm_batch(problems, tokenizer):
+    """training.data.mdlm_batch as a tuple: x0, key_mask, canvas_mask, groups, result_rank."""
+    batch = data.mdlm_batch(problems, tokenizer)
+    return batch["ids"], batch["keys"], batch["noisable"], batch["groups"], batch["result_rank"]
+
+
+def mdlm_mask(batch, t, generator=None, prefix_prob=0.0, group_prob=0.0, result_prob=0.0, prefix_masking="all"):
+    """mask_tokens on a tuple batch, the testbed's masking modes as arguments."""
+    x0, keys, canvas, groups, rank = batch
+    return mask_tokens(dict(ids=x0, keys=keys, noisable=canvas, groups=groups, result_rank=rank, prefix_prob=prefix_prob,
+                            group_prob=group_prob, result_prob=result_prob, prefix_masking=prefix_masking), t, generator)
 
 
 def _pieces_and_groups(text):
@@ -174,21 +190,23 @@ def test_auxiliary_ar_loss_is_causal_on_the_bidirectional_drafter():
     """The masked drafter's auxiliary next-token loss runs the same (bidirectional, is_causal=False)
     weights under an explicit causal mask: a later token must not change an earlier logit there,
     while it does under the drafter's own bidirectional attention."""
-    from specdiff.zoo_tools.train import ar_batch, ar_loss, causal_mask
+    from specdiff.lm.masks import causal_mask
+    from specdiff.training.objectives import OBJECTIVES
+    from specdiff.training.objectives.heads import hidden
 
     tok = zoo.tokenizer()
     model = zoo.load("masked-drafter")
     problems = tasks.arith_problems("validation", 2)
-    input_ids, attention_mask, labels = ar_batch(problems, tok)
+    batch = data.ar_batch(problems, tok)
+    input_ids, keys = batch["ids"], batch["keys"]
     changed = input_ids.clone()
     changed[:, -1] = (changed[:, -1] + 7) % len(tok)  # alter the last position only
-    with torch.no_grad():
-        causal = [model(input_ids=x, attention_mask=causal_mask(attention_mask.bool())).logits for x in (input_ids, changed)]
-        full = [model(input_ids=x, attention_mask=attention_mask.bool()[:, None, None, :].expand(-1, 1, x.shape[1], -1)).logits
-                for x in (input_ids, changed)]
+    with torch.no_grad():  # the objective's own forward (training.objectives.heads)
+        causal = [hidden(model, x, causal_mask(keys)) for x in (input_ids, changed)]
+        full = [hidden(model, x, keys[:, None, None, :].expand(-1, 1, x.shape[1], -1)) for x in (input_ids, changed)]
     assert torch.allclose(causal[0][:, :-1], causal[1][:, :-1], atol=1e-5)
     assert not torch.allclose(full[0][:, :-1], full[1][:, :-1], atol=1e-3)
     mask = causal_mask(torch.tensor([[True, True, False]]))[0, 0]
     assert mask.tolist() == [[True, False, False], [True, True, False], [True, True, False]]
-    loss = ar_loss(model, (input_ids, attention_mask, labels), causal=True)
+    loss = OBJECTIVES["next_token"](model, {**batch, "causal_mask": True})
     assert torch.isfinite(loss) and loss.item() > 0

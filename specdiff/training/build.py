@@ -1,0 +1,136 @@
+"""Fresh models for every recipe: the testbed's (`zoo_model`) and a verifier's distilled drafters (`drafter`).
+
+Distilled kinds (terms in `training.distill`):
+- dflash: a `MuseGlimmerAssistantModel` of the verifier's width (Chen et al. 2026), its layers started from the
+  verifier's last ones, the context projection reading the verifier's last layer;
+- ar: a causal LM of the verifier's architecture, `ar_layers` of its layers copied, embeddings tied and frozen;
+- masked: a standalone Dream-style drafter (Ye et al. 2025): a small `Qwen3ForCausalLM` with bidirectional
+  attention, Dream's shift and a mask token, whose tables are the verifier's frozen embeddings E [V, H] through a
+  trained projection P [H, d], tied in and out (`objectives.heads`): embed(x) = E[x] P, head = E[d2t] P. P starts
+  at the top-d principal directions of E[d2t], scaled so that the head's entries have standard deviation d^-1/2.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from specdiff.zoo import configs
+
+TARGET_LAYERS = 5  # DFlash reads this many verifier layers, spread evenly: 1, 8, 15, 22, 29 of SmolLM2's 30
+
+
+def zoo_model(name: str, tokenizer):
+    """A fresh (randomly initialised) testbed model `name` of `zoo.configs`."""
+    import transformers
+
+    objective = configs.TRAINING[name]["objective"]
+    special = dict(bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+                   pad_token_id=tokenizer.pad_token_id)
+    if objective == "dflash":
+        common = configs.COMMON_ARCHITECTURE
+        config = transformers.MuseGlimmerAssistantConfig(
+            mask_token_id=tokenizer.mask_token_id, max_position_embeddings=common["max_position_embeddings"],
+            rope_parameters=dict(rope_type="default", rope_theta=common["rope_theta"]),
+            rms_norm_eps=common["rms_norm_eps"], **special, **configs.ARCHITECTURES[name])
+        config.specdiff_target = configs.TRAINING[name]["target"]  # the verifier it was trained for
+        config.specdiff_role = name
+        return transformers.MuseGlimmerAssistantModel(config)
+    if objective not in ("ar", "mdlm", "block", "uniform_block"):
+        raise ValueError(f"{name!r}: no model for objective {objective!r}")
+    config = transformers.Qwen3Config(vocab_size=len(tokenizer), **special, **configs.COMMON_ARCHITECTURE,
+                                      **configs.ARCHITECTURES[name])
+    if objective != "ar":
+        config.is_causal = False  # documentation for loaders; the drafter also passes a full 4D mask
+        config.mask_token_id = tokenizer.mask_token_id
+        config.logits_shift = 1  # Dream: logit at position i predicts token i + 1
+    if objective == "block":
+        config.block_size = configs.TRAINING[name]["block_tokens"]  # SDAR's field: the trained block length
+    config.specdiff_role = name
+    return transformers.Qwen3ForCausalLM(config)
+
+
+def drafter(kind: str, target, settings: dict, d2t: np.ndarray, mask_token_id: int):
+    """A fresh distilled drafter of `kind` for the frozen verifier `target` (module docstring)."""
+    import transformers
+
+    tc = target.config
+    if kind == "masked":
+        return _masked(target, settings, d2t, mask_token_id)
+    if kind == "dflash":
+        config = transformers.MuseGlimmerAssistantConfig(
+            hidden_size=tc.hidden_size, intermediate_size=settings["intermediate"],
+            num_hidden_layers=settings["layers"], num_attention_heads=tc.num_attention_heads,
+            num_key_value_heads=tc.num_key_value_heads, head_dim=tc.hidden_size // tc.num_attention_heads,
+            target_layer_ids=target_layers(tc.num_hidden_layers), block_size=settings["block"],
+            mask_token_id=mask_token_id, rms_norm_eps=tc.rms_norm_eps, max_position_embeddings=tc.max_position_embeddings,
+            rope_parameters=dict(tc.rope_parameters), layer_types=["full_attention"] * settings["layers"],
+            bos_token_id=tc.bos_token_id, eos_token_id=tc.eos_token_id, pad_token_id=tc.pad_token_id)
+        config.specdiff_anchor_state = bool(settings.get("anchor_state", False))
+        model = transformers.MuseGlimmerAssistantModel(config)
+        if not settings.get("init_from_verifier", True):
+            return model.float()
+        with torch.no_grad():  # the verifier's last layers as a start; the context projection reads its last layer
+            for i, layer in enumerate(model.layers):
+                _copy_matching(layer, target.model.layers[tc.num_hidden_layers - len(model.layers) + i])
+            model.norm.weight.copy_(target.model.norm.weight)
+            fc = model.encoder.fc.weight
+            fc.mul_(0.1)
+            fc[:, -tc.hidden_size:] += torch.eye(tc.hidden_size)
+        return model.float()
+    config = transformers.AutoConfig.for_model(**{**tc.to_dict(), "num_hidden_layers": len(settings["ar_layers"]),
+                                                  "tie_word_embeddings": True})
+    config.layer_types = None if not hasattr(tc, "layer_types") else ["full_attention"] * len(settings["ar_layers"])
+    model = transformers.AutoModelForCausalLM.from_config(config)
+    with torch.no_grad():
+        model.model.embed_tokens.weight.copy_(target.model.embed_tokens.weight)
+        for layer, source in zip(model.model.layers, settings["ar_layers"]):
+            layer.load_state_dict(target.model.layers[source].state_dict())
+        model.model.norm.weight.copy_(target.model.norm.weight)
+    model.model.embed_tokens.weight.requires_grad_(False)  # tied: the head too; equal to the verifier's
+    return model.float()
+
+
+def target_layers(depth: int) -> list[int]:
+    """TARGET_LAYERS layer indices of a `depth`-layer verifier, evenly spread from 1 to the last."""
+    return sorted({int(round(x)) for x in np.linspace(min(1, depth - 1), depth - 1, TARGET_LAYERS)})
+
+
+def _masked(target, settings: dict, d2t, mask_token_id: int):
+    """The masked drafter: lm_head [V_d, d] (recomputed from P, as the embeddings), P `specdiff_projection`, and
+    the verifier's tables as non-persistent buffers (never saved: `specdiff.zoo.distilled` rebuilds them)."""
+    import transformers
+
+    tc, hidden = target.config, settings["hidden"]
+    config = transformers.Qwen3Config(
+        vocab_size=tc.vocab_size, hidden_size=hidden, num_hidden_layers=settings["layers"],
+        num_attention_heads=settings["heads"], num_key_value_heads=settings["kv_heads"],
+        head_dim=hidden // settings["heads"], intermediate_size=settings["intermediate"],
+        max_position_embeddings=tc.max_position_embeddings, rope_parameters=dict(tc.rope_parameters),
+        rms_norm_eps=tc.rms_norm_eps, tie_word_embeddings=False, bos_token_id=tc.bos_token_id,
+        eos_token_id=tc.eos_token_id, pad_token_id=tc.pad_token_id)
+    config.mask_token_id, config.logits_shift, config.is_causal = int(mask_token_id), 1, False
+    model = transformers.Qwen3ForCausalLM(config)
+    model.lm_head = torch.nn.Linear(hidden, len(d2t), bias=False)
+    model.model.embed_tokens.weight.requires_grad_(False)
+    model.lm_head.weight.requires_grad_(False)
+    embeddings = target.get_input_embeddings().weight.detach().float()  # [V, H]
+    rows = embeddings[torch.as_tensor(d2t)]  # [V_d, H]
+    _, _, directions = torch.linalg.svd(rows - rows.mean(0), full_matrices=False)  # [H, H]
+    projection = directions[:hidden].T.contiguous()  # [H, d]
+    projection /= (rows @ projection).std() * hidden ** 0.5  # logits of unit-RMS states start at std ~1
+    model = model.float()
+    model.specdiff_projection = torch.nn.Parameter(projection)  # saved, loaded and optimised with the model
+    to_draft = torch.full((len(embeddings),), -100, dtype=torch.long)
+    to_draft[torch.as_tensor(d2t)] = torch.arange(len(d2t))
+    for name, value in (("specdiff_source_embeddings", embeddings), ("specdiff_source_head", rows),
+                        ("specdiff_to_draft", to_draft)):
+        model.register_buffer(name, value, persistent=False)
+    return model
+
+
+def _copy_matching(layer, source) -> None:
+    """Copies every parameter of `source` whose name and shape `layer` shares."""
+    theirs = source.state_dict()
+    for name, value in layer.state_dict().items():
+        if name in theirs and theirs[name].shape == value.shape:
+            value.copy_(theirs[name])

@@ -1,0 +1,63 @@
+"""The DFlash loss (Chen et al. 2026): a one-step block drafter conditioned on the frozen verifier's hidden
+states. An anchor a is a token of the response; the block is [token a, B - 1 masks] and predicts tokens
+a + 1..a + B - 1, reading the verifier's states of the tokens before a (keys and values of a projection of them)
+and, with `specdiff_anchor_state` in the drafter's config, the projected state of the token before a added to
+every block input. Per block, DFlash's position weighting (k = 1..B - 1):
+
+    L = sum_k w_k CE(logits_k, x_{a+k}) / sum_k w_k,   w_k = exp(-(k - 1) / gamma)   (gamma = inf: the mean)
+
+batch: `conversations` [(prompt ids, response ids)] * b, `context` [b, W, H_c] the verifier's hidden states at the
+drafter's `target_layer_ids`, `embeddings` [V, H] and `head` [V_d, H] (the verifier's frozen input table and the
+draft vocabulary's rows of its LM head), `to_draft` [V] (-100 outside the draft vocabulary), `block`, `anchors`
+(random blocks per conversation, all in one forward: block j attends to the context before its anchor and
+bidirectionally to itself), `gamma`, optionally `anchors_at` [b, A].
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def dflash(model, batch: dict, generator: torch.Generator | None = None) -> torch.Tensor:
+    """The module docstring's weighted cross-entropy."""
+    logits, targets = dflash_logits(model, batch, generator)  # [b, A, B - 1, V_d], [b, A, B - 1]
+    weights = torch.exp(-torch.arange(batch["block"] - 1, dtype=torch.float) / batch["gamma"]).expand_as(targets)
+    weights = weights * (targets >= 0)
+    losses = F.cross_entropy(logits.flatten(0, 2), targets.flatten(), ignore_index=-100, reduction="none")
+    return (losses * weights.flatten()).sum() / weights.sum().clamp(min=1)
+
+
+def dflash_logits(model, batch: dict, generator: torch.Generator | None = None):
+    """(logits [b, A, B - 1, V_d], targets [b, A, B - 1] draft-vocabulary rows, -100 where none)."""
+    conversations, context, block, anchors = batch["conversations"], batch["context"], batch["block"], batch["anchors"]
+    rows = [torch.as_tensor(p + r) for p, r in conversations]
+    size, width, n = context.shape[-1], max(len(r) for r in rows), len(rows)
+    context = torch.nn.functional.pad(context.float(), (0, 0, 0, max(0, width - context.shape[1])))[:, :width]
+    starts = torch.zeros(n, anchors, dtype=torch.long)
+    for b, (prompt, response) in enumerate(conversations):
+        low, high = len(prompt) - 1, len(prompt) + len(response) - 2  # anchor a predicts a + 1.. (the response)
+        starts[b] = low + torch.randint(max(high - low + 1, 1), (anchors,), generator=generator)
+    if batch.get("anchors_at") is not None:
+        starts = torch.as_tensor(batch["anchors_at"]).view(n, anchors)
+    positions = starts[:, :, None] + torch.arange(block)  # [b, A, block]
+    ids = torch.stack([F.pad(r, (0, width + block - len(r)), value=-1) for r in rows])  # [b, W + block]
+    gathered = ids.gather(1, positions.flatten(1)).view(n, anchors, block)  # [b, A, block], -1 beyond the end
+    noise_ids = torch.full_like(gathered, model.config.mask_token_id)
+    noise_ids[:, :, 0] = gathered[:, :, 0]
+    noise = F.embedding(noise_ids.flatten(1), batch["embeddings"])  # [b, A * block, H]
+    if getattr(model.config, "specdiff_anchor_state", False):  # + the projected state of the token before a
+        before = context.gather(1, (starts - 1).clamp(min=0)[:, :, None].expand(-1, -1, size))  # [b, A, H_c]
+        noise = noise + model.encoder(before).repeat_interleave(block, dim=1)  # [b, A * block, H]
+    lengths = torch.tensor([len(r) for r in rows])
+    columns = torch.arange(width)
+    context_keys = (columns[None, None, :] < starts[:, :, None]) & (columns[None, None, :] < lengths[:, None, None])
+    own = torch.eye(anchors, dtype=torch.bool)[None, :, :, None].expand(n, anchors, anchors, block)  # [b, A, A, block]
+    keys = torch.cat([context_keys, own.flatten(2)], dim=2)  # [b, A, W + A * block]
+    attend = keys[:, :, None, :].expand(n, anchors, block, keys.shape[-1]).reshape(n, 1, anchors * block, -1)
+    position_ids = torch.cat([columns.expand(n, width), positions.flatten(1)], dim=1)
+    out = model(noise_embeds=noise, context_hidden_states=context, position_ids=position_ids,
+                attention_mask={t: attend for t in set(model.config.layer_types)})
+    states = out.last_hidden_state.view(n, anchors, block, -1)[:, :, 1:]  # [b, A, B - 1, H]
+    targets = gathered[:, :, 1:]
+    targets = torch.where(targets >= 0, batch["to_draft"][targets.clamp(min=0)], -100)  # out of vocabulary: no loss
+    return states @ batch["head"].T, targets
