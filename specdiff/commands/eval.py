@@ -17,7 +17,7 @@ import json
 import os
 
 from specdiff.argtypes import positive_int
-from specdiff.commands.generate import add_generation_flags
+from specdiff.flags import add_generation_flags, sampling_of
 from specdiff.runs.config import check_generation_args, run_config_from_args
 
 MAX_NEW_TOKENS = {"arith": 96}  # the demo's budget on the testbed; other tasks default to DEFAULT_MAX_NEW_TOKENS
@@ -97,8 +97,6 @@ def run(args) -> int:
 
 def eval_config(args):
     """The RunConfig of the flags; `--drafter none` is plain autoregressive decoding of the verifier."""
-    from specdiff.commands.generate import sampling_of
-
     config = run_config_from_args(args, name=config_name(args))
     if str(args.drafter).lower() == "none":
         config.drafter = None
@@ -153,8 +151,6 @@ def _check_args(args):
     if args.max_new_tokens is None:
         args.max_new_tokens = MAX_NEW_TOKENS.get(task.name, DEFAULT_MAX_NEW_TOKENS)
     check_generation_args(args)
-    from specdiff.commands.generate import sampling_of
-
     sampling_of(args)  # the sampling flags' ranges
     if not args.timeout_s > 0:
         raise ValueError(f"--timeout-s must be > 0, got {args.timeout_s}")
