@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 
 from specdiff.argtypes import positive_int
 # add_generation_flags and sampling_of live in specdiff.flags; sampling_of stays importable from here for
@@ -80,14 +81,20 @@ def run(args) -> int:
         torch.set_num_threads(args.threads)
     cache = ModelCache(device=args.device)
     if args.router is not None:
-        result, summary = _routed(args, prompts, cache)
+        from specdiff.runs.routing import generate_routed
+
+        result, summary = generate_routed(args.router, prompts, cache, args.max_new_tokens, args.seed)
     else:
         config = run_config_from_args(args)
         config.sampling = sampling
         generator = build_generator(config, cache)
         seed = torch.Generator(device=generator.verifier.device).manual_seed(args.seed)
         if args.stream and not args.json:
-            out = _streamed(generator, prompts, args.max_new_tokens, seed)
+            from specdiff.runs.streaming import generate_streamed
+
+            out = generate_streamed(generator, prompts, args.max_new_tokens, seed,
+                                    on_prompt=lambda prompt: print(f"--- {_shown(prompt)}", flush=True),
+                                    on_text=_write)
         else:
             out = generator.generate(prompts, max_new_tokens=args.max_new_tokens, progress=not args.json,
                                      generator=seed)
@@ -119,65 +126,6 @@ def _shown(prompt) -> str:
     return [m["content"] for m in prompt if m["role"] == "user"][-1].strip()
 
 
-def _streamed(generator, prompts, max_new_tokens: int, seed):
-    """One prompt at a time, its text printed as each round's tokens are accepted; returns one output for all."""
-    import sys
-
-    from specdiff.engine.generate import GenerationOutput
-    from specdiff.engine.stats import summarize
-
-    tokenizer = generator.tokenizer
-    outputs = []
-    for prompt in prompts:
-        print(f"--- {_shown(prompt)}", flush=True)
-        emitted, shown = [], [""]
-
-        def on_tokens(row, new, emitted=emitted, shown=shown):
-            emitted.extend(new)
-            if tokenizer is None:
-                sys.stdout.write(" ".join(map(str, new)) + " ")
-            else:  # decode the whole text so far: a token can complete a character begun by the one before
-                text = tokenizer.decode(emitted, skip_special_tokens=True)
-                sys.stdout.write(text[len(shown[0]):])
-                shown[0] = text
-            sys.stdout.flush()
-
-        outputs.append(generator.generate([prompt], max_new_tokens=max_new_tokens, generator=seed,
-                                          on_tokens=on_tokens))
-        print(flush=True)
-    stats = [o.stats[0] for o in outputs]
-    totals = {key: sum(getattr(o.summary, key) for o in outputs) for key in ("wall_s", "draft_s", "verify_s",
-                                                                             "forward_s")}
-    texts = None if tokenizer is None else [o.texts[0] for o in outputs]
-    return GenerationOutput(texts=texts, token_ids=[o.token_ids[0] for o in outputs], stats=stats,
-                            summary=summarize(stats, **totals))
-
-
-def _routed(args, prompts: list[str], cache):
-    """Each prompt generated under its router's configuration (`specdiff.runs.routing`); prompts sharing a
-    configuration run together. Returns (the JSON result, a summary over all prompts)."""
-    import torch
-
-    from specdiff.engine.stats import summarize
-    from specdiff.runs import build_generator
-    from specdiff.runs.routing import load_router, routed_configs
-
-    router = load_router(args.router)
-    configs = routed_configs(router, prompts, cache)
-    generations, stats, totals = [None] * len(prompts), [None] * len(prompts), dict.fromkeys(
-        ("wall_s", "draft_s", "verify_s", "forward_s"), 0.0)
-    exact = True
-    for name in dict.fromkeys(c.name for c in configs):
-        rows = [i for i, c in enumerate(configs) if c.name == name]
-        generator = build_generator(configs[rows[0]], cache)
-        out = generator.generate([prompts[i] for i in rows], max_new_tokens=args.max_new_tokens,
-                                 generator=torch.Generator(device=generator.verifier.device).manual_seed(args.seed))
-        exact = exact and generator.exact
-        for key in totals:
-            totals[key] += getattr(out.summary, key)
-        for i, text, ids, s in zip(rows, out.texts, out.token_ids, out.stats):
-            generations[i] = {"prompt": prompts[i], "text": text, "token_ids": ids, "stats": s.as_dict(),
-                              "config": configs[i].as_dict()}
-            stats[i] = s
-    summary = summarize(stats, **totals)
-    return {"router": args.router, "exact": exact, "summary": summary.as_dict(), "generations": generations}, summary
+def _write(text: str) -> None:
+    sys.stdout.write(text)
+    sys.stdout.flush()
