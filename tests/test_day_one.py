@@ -71,14 +71,13 @@ def test_continuous_bench_prints_its_rows_without_json(monkeypatch, tmp_path, ca
 
 
 def test_continuous_eval_prints_a_table(monkeypatch, capsys):
-    from specdiff.commands import continuous as continuous_cli
-    from specdiff.continuous import metrics
+    from specdiff.continuous import metrics, runs
 
     class Stats:
         block_efficiency = 2.5
 
-    monkeypatch.setattr(continuous_cli, "_target", lambda args: None)
-    monkeypatch.setattr(continuous_cli, "_run", lambda args, target, method, n, seed_offset=0: (torch.zeros(n, 64), Stats()))
+    monkeypatch.setattr(runs, "make_target", lambda model, steps, churn, diffusers=None: None)
+    monkeypatch.setattr(runs, "draw", lambda target, method, n, seed, *a, **k: (torch.zeros(n, 64), Stats()))
     monkeypatch.setattr(metrics, "digits_frechet_distance", lambda samples: 1.25)
     monkeypatch.setattr(metrics, "projection_two_sample_pvalues", lambda a, b: [0.3, 0.5])
     assert main(["continuous", "eval", "--num-samples", "4"]) == 0
@@ -97,29 +96,29 @@ def test_digit_grid_has_a_title(monkeypatch, tmp_path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from specdiff.commands import continuous as continuous_cli
+    from specdiff.continuous.images import save_samples
 
     titles = []
     real_savefig = plt.Figure.savefig
     monkeypatch.setattr(plt.Figure, "savefig", lambda self, *a, **k: (titles.append(self._suptitle.get_text()
                                                                                     if self._suptitle else None),
                                                                        real_savefig(self, *a, **k))[1])
-    continuous_cli._save_samples(torch.zeros(3, 64), str(tmp_path / "g.png"), "digits", "digits: method B, K = 50")
+    save_samples(torch.zeros(3, 64), str(tmp_path / "g.png"), "digits", "digits: method B, K = 50")
     assert titles == ["digits: method B, K = 50"]
 
 
 def test_sample_grid_title_names_method_and_steps(monkeypatch, tmp_path, capsys):
-    from specdiff.commands import continuous as continuous_cli
+    from specdiff.continuous import images, runs
 
     seen = {}
-    monkeypatch.setattr(continuous_cli, "_target", lambda args: None)
+    monkeypatch.setattr(runs, "make_target", lambda model, steps, churn, diffusers=None: None)
 
     class Stats:
         def summary(self):
             return {}
 
-    monkeypatch.setattr(continuous_cli, "_run", lambda args, target, method, n: (torch.zeros(n, 64), Stats()))
-    monkeypatch.setattr(continuous_cli, "_save_samples",
+    monkeypatch.setattr(runs, "draw", lambda target, method, n, seed, *a, **k: (torch.zeros(n, 64), Stats()))
+    monkeypatch.setattr(images, "save_samples",
                         lambda samples, path, model, title=None: seen.setdefault("title", title) and path)
     assert main(["continuous", "sample", "--method", "D", "--steps", "100", "--num-samples", "2",
                  "--out", str(tmp_path / "g.png"), "--json"]) == 0

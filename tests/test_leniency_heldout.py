@@ -3,7 +3,7 @@ test config it writes measures exactly those settings."""
 import importlib.util
 from pathlib import Path
 
-from specdiff.commands.sweep import load_config
+from specdiff.runs.sweep_config import load_config
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "leniency_heldout.py"
 spec = importlib.util.spec_from_file_location("leniency_heldout", SCRIPT)

@@ -9,7 +9,8 @@ import torch
 import specdiff as sd
 from specdiff import theory
 from specdiff.cli import main
-from specdiff.commands import rules_demo
+from specdiff.runs import rules_demo
+from specdiff.runs.rules_demo_plot import save_tradeoff_plot
 
 
 def test_rule_target_is_the_quadratic_mixture_without_it():
@@ -69,7 +70,7 @@ def _draw_plot(monkeypatch, p, q, rows, samples, tmp_path):
 
     real_close = plt.close
     monkeypatch.setattr(plt, "close", lambda figure=None: figures.append(figure))
-    rules_demo.save_tradeoff_plot(p, q, rows, str(tmp_path / "plot.png"), samples)
+    save_tradeoff_plot(p, q, rows, str(tmp_path / "plot.png"), samples)
     real_close("all")
     return figures[0]
 

@@ -89,14 +89,14 @@ def test_the_report_can_show_the_priced_calls(swept, capsys):
 
 
 def test_the_call_costs_are_measured_once_and_kept_in_the_store(swept):
-    from specdiff.commands.frontier import call_costs
+    from specdiff.runs.call_costs import store_call_costs
 
     _, store = swept
-    first = call_costs(store)
+    first = store_call_costs(store)
     for model in ("verifier", "drafter"):
         assert first[model]["per_forward_ms"] > 0 and first[model]["per_token_ms"] >= 0
         assert len(first[model]["medians_ms"]) == len(first["sizes"])
-    assert call_costs(store) == first  # the stored artifact, not a new measurement
+    assert store_call_costs(store) == first  # the stored artifact, not a new measurement
 
 
 def test_a_version_1_store_is_read_as_it_is_and_gains_the_column_when_a_sweep_writes(tmp_path, capsys):

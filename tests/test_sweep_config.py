@@ -7,7 +7,7 @@ import pytest
 from sweep_helpers import TINY_CONFIG
 
 from specdiff.cli import main
-from specdiff.commands.sweep import load_config
+from specdiff.runs.sweep_config import load_config
 from specdiff.eval.store import ResultStore, StoreError
 from specdiff.eval.sweepconfig import ConfigError
 from specdiff.eval.sweepstore import SweepStore
@@ -115,7 +115,7 @@ def test_a_store_of_another_schema_version_or_kind_is_refused(tmp_path):
 def test_the_documented_example_is_valid_and_every_key_is_documented():
     from pathlib import Path
 
-    from specdiff.commands.sweep import SCHEMA
+    from specdiff.runs.sweep_config import SCHEMA
 
     root = Path(__file__).resolve().parent.parent
     settings, configs, _ = load_config(root / "docs" / "results" / "frontier" / "sweep_example.toml")

@@ -1,4 +1,5 @@
-"""`specdiff continuous ...`: sample, bench, train, eval. Heavy imports live inside the handlers."""
+"""`specdiff continuous ...`: sample, bench, train, eval. Heavy imports live inside the handlers; the run glue
+is `specdiff.continuous.runs`, the files written `specdiff.continuous.images`."""
 from __future__ import annotations
 
 import argparse
@@ -147,40 +148,6 @@ def _warn_no_speculation(churns) -> None:
         print(f"specdiff continuous: warning: {NO_SPECULATION}", file=sys.stderr)
 
 
-def _target(args, steps=None):
-    import torch
-
-    from specdiff.continuous.models import Target, gaussian_mixture_2d, gaussian_mixture_64d, load_digits_target
-    from specdiff.continuous.schedules import rectified_flow_schedule
-
-    torch.set_num_threads(args.threads)
-    steps = steps or args.steps
-    if getattr(args, "diffusers", None):
-        from specdiff.continuous.pipelines import from_diffusers, load_pipeline
-
-        return from_diffusers(load_pipeline(args.diffusers), steps, args.churn)
-    if args.model == "digits":
-        return load_digits_target(steps, args.churn)
-    mixture = gaussian_mixture_2d() if args.model == "gmm2d" else gaussian_mixture_64d()
-    return Target(rectified_flow_schedule(steps, args.churn), mixture, mixture.dim)
-
-
-def _run(args, target, method, num_samples, seed_offset=0, dtype=None):
-    import torch
-
-    from specdiff.continuous.bench import METHODS
-    from specdiff.continuous.sampler import SpeculativeSampler, ddpm_sample, initial_noise
-
-    if dtype is None:
-        dtype = torch.float32 if args.model == "digits" else torch.float64
-    noise = initial_noise(num_samples, target.dim, torch.Generator().manual_seed(args.seed + seed_offset), dtype)
-    generator = torch.Generator().manual_seed(args.seed + 1 + seed_offset)
-    if method == "ddpm":
-        return ddpm_sample(target, noise, generator)
-    sampler = SpeculativeSampler(target, args.drafter, args.gamma, *METHODS[method], temperature=args.temperature)
-    return sampler.sample(noise, generator)
-
-
 def _print(args, payload):
     if args.json:
         print(json.dumps(payload, indent=1))
@@ -194,14 +161,20 @@ def _sample(args) -> int:
         return _sample_diffusers(args)
     if args.out and args.out.lower().endswith(".png") and args.model != "digits":
         raise ValueError(f"--out {args.out}: a .png grid needs --model digits or --diffusers; write .npz or .npy")
+    import torch
+
+    from specdiff.continuous import images, runs
+
     _warn_no_speculation([args.churn])
-    target = _target(args)
-    samples, stats = _run(args, target, args.method, args.num_samples)
+    torch.set_num_threads(args.threads)
+    target = runs.make_target(args.model, args.steps, args.churn)
+    samples, stats = runs.draw(target, args.method, args.num_samples, args.seed, args.drafter, args.gamma,
+                               args.temperature, torch.float32 if args.model == "digits" else torch.float64)
     payload = {"model": args.model, "method": args.method, **stats.summary()}
     if args.out:
         title = (f"{args.model}: method {args.method}, K = {args.steps}, churn {args.churn}, gamma {args.gamma}, "
                  f"seed {args.seed}")
-        payload["out"] = _save_samples(samples, args.out, args.model, title)
+        payload["out"] = images.save_samples(samples, args.out, args.model, title)
     _print(args, payload)
     return 0
 
@@ -211,108 +184,39 @@ def _sample_diffusers(args) -> int:
     step), its samples decoded (latent pipelines) and written as an image grid."""
     import dataclasses
 
+    import torch
+
+    from specdiff.continuous import images, runs
     from specdiff.progress import progress
 
     _warn_no_speculation([args.churn])
-    target = _target(args)
+    torch.set_num_threads(args.threads)
+    target = runs.make_target(args.model, args.steps, args.churn, args.diffusers)
     out = args.out or DIFFUSERS_GRID
     with progress(total=target.schedule.num_steps, desc=f"{args.method}, slowest row's step", unit="step",
                   enabled=not args.json) as bar:
-        watched = dataclasses.replace(target, denoiser=StepProgress(target.denoiser, bar))
-        samples, stats = _run(args, watched, args.method, args.num_samples, dtype=target.denoiser.unet.dtype)
+        watched = dataclasses.replace(target, denoiser=runs.StepProgress(target.denoiser, bar))
+        samples, stats = runs.draw(watched, args.method, args.num_samples, args.seed, args.drafter, args.gamma,
+                                   args.temperature, target.denoiser.unet.dtype)
         bar.update(bar.total - bar.n)
     payload = {"diffusers": args.diffusers, "method": args.method, **stats.summary()}
     if out.lower().endswith(".png"):
-        payload["out"] = save_image_grid(target.decode(samples), out)
+        payload["out"] = images.save_image_grid(target.decode(samples), out)
     else:
-        payload["out"] = _save_samples(samples, out, "diffusers")
+        payload["out"] = images.save_samples(samples, out, "diffusers")
     _print(args, payload)
     return 0
 
 
-class StepProgress:
-    """A denoiser that moves a progress bar to the least step it is called at: the slowest unfinished row."""
-
-    def __init__(self, denoiser, bar):
-        self.denoiser, self.bar = denoiser, bar
-
-    def __call__(self, states, steps, schedule):  # states [n, d], steps [n] long
-        slowest = int(steps.min())
-        if slowest > self.bar.n:
-            self.bar.update(slowest - self.bar.n)
-        return self.denoiser(states, steps, schedule)
-
-
-def save_image_grid(images, path: str, columns: int = 8, padding: int = 2) -> str:
-    """images [n, C, H, W] in [-1, 1] (C = 1 or 3; else the first channel) as one PNG, a pixel per pixel."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+def _eval(args) -> int:
     import torch
 
-    images = (images.detach().float().cpu() / 2 + 0.5).clamp(0, 1)
-    if images.shape[1] not in (1, 3):
-        images = images[:, :1]
-    n, channels, height, width = images.shape
-    cols = min(columns, n)
-    rows = -(-n // cols)
-    grid = torch.ones(channels, rows * (height + padding) + padding, cols * (width + padding) + padding)
-    for i, image in enumerate(images):
-        top, left = padding + (i // cols) * (height + padding), padding + (i % cols) * (width + padding)
-        grid[:, top:top + height, left:left + width] = image
-    array = grid.permute(1, 2, 0).numpy()
-    plt.imsave(path, array[..., 0] if channels == 1 else array, cmap="gray" if channels == 1 else None, vmin=0, vmax=1)
-    return path
-
-
-def _save_samples(samples, path, model, title: str | None = None) -> str:
-    """Writes samples [n, d] to `path` as the suffix says (.png grid titled `title`, .npy array, .npz
-    with key "samples"); returns the path written, which is `path` itself (numpy appends nothing)."""
-    import numpy as np
-
-    if path.lower().endswith(".png") and model == "digits":
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        images = samples.reshape(-1, 8, 8).clamp(-1, 1).numpy()
-        cols = min(8, images.shape[0])
-        rows = -(-images.shape[0] // cols)
-        fig, axes = plt.subplots(rows, cols, figsize=(max(cols, 4), rows + 0.6), squeeze=False)
-        for ax in axes.flat:
-            ax.axis("off")
-        for ax, image in zip(axes.flat, images):
-            ax.imshow(image, cmap="gray_r", vmin=-1, vmax=1)
-        if title:
-            fig.suptitle(title, fontsize=8)
-        fig.savefig(path, dpi=80)
-        plt.close(fig)
-    elif path.lower().endswith(".npy"):
-        np.save(path, samples.numpy())
-    elif path.lower().endswith(".npz"):
-        np.savez(path, samples=samples.numpy())
-    else:
-        raise ValueError(f"cannot write samples to {path!r}: use .npz, .npy or .png")
-    return path
-
-
-def _eval(args) -> int:
-    from specdiff.continuous.metrics import digits_frechet_distance, projection_two_sample_pvalues
+    from specdiff.continuous.runs import evaluate
 
     _warn_no_speculation([args.churn])
-    target = _target(args)
-    reference, ddpm_stats = _run(args, target, "ddpm", args.num_samples, seed_offset=100)
-    payload = {"model": args.model, "steps": args.steps, "churn": args.churn, "num_samples": args.num_samples, "methods": {}}
-    if args.model == "digits":
-        payload["ddpm_fd"] = digits_frechet_distance(reference)
-    for method in ("R", "D", "B"):
-        samples, stats = _run(args, target, method, args.num_samples)
-        entry = {"block_efficiency": stats.block_efficiency, "min_projection_pvalue_vs_ddpm": min(projection_two_sample_pvalues(samples, reference))}
-        if args.model == "digits":
-            entry["fd"] = digits_frechet_distance(samples)
-        payload["methods"][method] = entry
+    torch.set_num_threads(args.threads)
+    payload = evaluate(args.model, args.steps, args.churn, args.num_samples, args.seed, args.drafter, args.gamma,
+                       args.temperature)
     if args.json:
         print(json.dumps(payload, indent=1))
     else:

@@ -9,15 +9,17 @@ and whether the configuration is lossless, and writes a PNG of accuracy against 
 are timed interleaved: the problems run in chunks of `INTERLEAVE`, every row on each chunk in turn, so
 that a change of machine load moves every row alike (the masked kind also shows its adaptive row).
 
-`specdiff demo --rules` is the synthetic one-position demo of every acceptance rule.
+`specdiff demo --rules` is the synthetic one-position demo of every acceptance rule
+(`specdiff.runs.rules_demo`).
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 
 from specdiff.argtypes import positive_int
-from specdiff.commands import rules_demo
+from specdiff.runs.rules_demo import MAX_VOCAB
 
 INTERLEAVE = 10  # kept for old imports; the runs live in `specdiff.runs.demo`
 
@@ -48,10 +50,24 @@ def register(subparsers) -> None:
     rules.add_argument("--samples", type=positive_int, default=None,
                        help="rows verified per rule (default: 100,000, fewer for a large --vocab so that a rule "
                             "takes seconds: max(1,000, min(100,000, 2^24 / V)))")
-    rules.add_argument("--vocab", type=rules_demo.vocab_size, default=64,
-                       help=f"vocabulary size V of the synthetic pair, 2..{rules_demo.MAX_VOCAB:,} (default 64)")
+    rules.add_argument("--vocab", type=vocab_size, default=64,
+                       help=f"vocabulary size V of the synthetic pair, 2..{MAX_VOCAB:,} (default 64)")
     rules.add_argument("--block", type=positive_int, default=4, help="draft length B for the token/block comparison")
     demo.set_defaults(handler=run)
+
+
+def vocab_size(text: str) -> int:
+    """argparse `type=` for --vocab: an integer in 2..MAX_VOCAB, refused by name otherwise."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
+    if not 2 <= value <= MAX_VOCAB:
+        raise argparse.ArgumentTypeError(
+            f"must lie in 2..{MAX_VOCAB:,}, got {text!r} (the demo verifies --samples rows of V tokens "
+            "per rule; `specdiff bench verify --vocab` times verify() at real vocabulary sizes)"
+        )
+    return value
 
 
 def default_threads(args) -> int:
@@ -67,7 +83,7 @@ def run(args) -> int:
         _check_writable(args.plot)
     if args.rules:
         args.plot = args.plot if args.plot != "demo_frontier.png" else None
-        return rules_demo.run_demo(args)
+        return _run_rules(args)
     import torch
 
     from specdiff.runs.demo import run_demo, save_frontier_plot
@@ -92,6 +108,28 @@ def run(args) -> int:
         print(json.dumps(out, indent=1))
     else:
         _print_table(out)
+    return 0
+
+
+def _run_rules(args) -> int:
+    """`demo --rules`: every acceptance rule on the synthetic pair (`specdiff.runs.rules_demo`)."""
+    import torch
+
+    from specdiff.runs.rules_demo import rules_demo, synthetic_pair
+
+    torch.set_num_threads(args.threads)
+    result = rules_demo(args.vocab, args.samples, args.block, args.seed, show_progress=not args.json)
+    if args.plot:
+        from specdiff.runs.rules_demo_plot import save_tradeoff_plot
+
+        p, q = synthetic_pair(args.vocab, args.seed)
+        result["plot"] = save_tradeoff_plot(p, q, result["rules"], args.plot, result["samples"])
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    _print_rules_table(result)
+    if args.plot:
+        print(f"plot: {result['plot']}")
     return 0
 
 
@@ -126,6 +164,42 @@ def _print_table(out: dict) -> None:
     console.print("Lossless rows keep the verifier's accuracy; Linear leniency buys acceptance and costs accuracy "
                   "unless effort K rises with it (docs/engine.md); Typical accepts only drafts the verifier finds "
                   "plausible and keeps it (docs/leniency.md).")
+
+
+def _print_rules_table(result: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=max(Console().width, 112))
+    table = Table(
+        title=f"verifier p vs drafter q, V={result['vocab']}, TV(p,q)={result['tv_p_q']:.3f}, "
+        f"{result['samples']:,} rows per rule",
+    )
+    table.add_column("rule", no_wrap=True)
+    table.add_column("accept\ntheory", justify="right")
+    table.add_column("accept\nmeasured", justify="right")
+    table.add_column("TV to p\ntheory", justify="right")
+    table.add_column("TV to p\nmeasured", justify="right")
+    table.add_column("TV to\nrule target", justify="right")
+    table.add_column(f"accepted\ntoken B={result['block']}", justify="right")
+    table.add_column(f"accepted\nblock B={result['block']}", justify="right")
+    for row in result["rules"]:
+        table.add_row(
+            row["rule"],
+            f"{row['accept_theory']:.4f}",
+            f"{row['accept_measured']:.4f}",
+            f"{row['tv_to_verifier_theory']:.4f}",
+            f"{row['tv_to_verifier_measured']:.4f}",
+            f"{row['tv_to_rule_target']:.4f}",
+            f"{row['mean_accepted_token']:.3f}",
+            f"{row['mean_accepted_block']:.3f}",
+        )
+    console.print(table)
+    console.print(
+        "Lossless emits p exactly (TV to p is sampling noise); Linear/TVBudget move toward q by "
+        "lam*TV(p,q) (Theorem 1) and Cactus by its KL budget, buying acceptance. Block verification "
+        "accepts at least as many tokens as token verification (Sun et al. 2025)."
+    )
 
 
 def _check_writable(path: str) -> None:

@@ -1,7 +1,8 @@
 """`specdiff frontier STORE`: the Pareto frontiers of a sweep (accuracy against latency and against
 throughput), jointly over every (K, leniency) and for each fixed K, their hypervolumes (moocore, the
 reference point stated), whether each frontier point's lead over the next faster one exceeds the
-noise, and the Figure-4-like plot. See specdiff.eval.frontier and docs/frontier.md.
+noise, and the Figure-4-like plot. See specdiff.eval.frontier_result, specdiff.eval.frontier and
+docs/frontier.md.
 """
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ import json
 from pathlib import Path
 
 from specdiff.argtypes import output_file, positive_float
+# `compute` and `call_costs` stay importable from here for scripts/leniency_heldout.py (its owner moves it)
+from specdiff.eval.frontier_result import frontier_result as compute  # noqa: F401
+from specdiff.runs.call_costs import store_call_costs as call_costs  # noqa: F401
 
 
 def register(subparsers) -> None:
@@ -38,69 +42,12 @@ def register(subparsers) -> None:
     p.set_defaults(handler=run)
 
 
-def compute(store: str | Path, latency_ref: float | None = None, include_incomplete: bool = False,
-            costs: dict | None = None, honest: bool = False) -> tuple[dict, dict]:
-    """(the JSON result, the loaded sweep). With `costs`, the speed axes are priced calls (eval.pricing)."""
-    from specdiff.eval.frontier import analyse, load_sweep
-    from specdiff.eval.pricing import priced_sweep
-
-    sweep = load_sweep(store, include_incomplete)
-    rows = priced_sweep(sweep, costs) if costs is not None else sweep["rows"]
-    out = analyse(sweep["summaries"], latency_ref)
-    out["cost"] = "calls" if costs is not None else "wall"
-    if costs is not None:
-        out["call_costs"] = costs
-    if honest:
-        from specdiff.eval.frontier_honest import analyse_honest, plain_decoding
-
-        plain = plain_decoding(rows, sweep["summaries"], costs) if costs is not None else None
-        out["honest"] = analyse_honest(sweep["summaries"], rows, plain)
-        if plain is None:
-            out["honest"]["plain_note"] = ("plain decoding is priced on the calls axis only (--cost calls); on wall "
-                                           "time the reference speed is the old one")
-    out.update(store=str(store), task=sweep["settings"]["task"]["name"], problems=sweep["settings"]["task"]["problems"],
-               models=sweep["settings"]["models"], incomplete=sweep["incomplete"],
-               configurations=[{k: v for k, v in s.items() if k not in ("correct", "problem_ids", "params")}
-                               for s in sweep["summaries"]])
-    return out, sweep
-
-
-def call_costs(store: str | Path, costs_file: str | None = None, remeasure: bool = False) -> dict:
-    """The store's per-call costs: from `costs_file`, or the store's `call_costs` artifact, or measured
-    now with the store's models (specdiff.runs.call_costs) and kept in the store as that artifact."""
-    from specdiff.eval.sweepstore import SweepStore
-
-    if costs_file is not None:
-        path = Path(costs_file)
-        if not path.is_file():
-            raise ValueError(f"--costs {costs_file!r} does not exist")
-        return json.loads(path.read_text())
-    reader = SweepStore(store)
-    try:
-        stored, settings = reader.artifacts().get("call_costs"), reader.settings
-        has_calls = any(row.get("calls") for row in reader.rows()[:1])
-    finally:
-        reader.close()
-    if not has_calls:
-        raise ValueError(f"{store} holds no call counts (its rows were written before schema 2): re-run its sweep "
-                         "into a new store for --cost calls")
-    if stored is not None and not remeasure:
-        return stored
-    from specdiff.runs.call_costs import measure_call_costs
-
-    models = settings["models"]
-    costs = measure_call_costs(models["verifier"], models["drafter"], threads=settings["run"]["threads"])
-    writer = SweepStore(store, settings)
-    try:
-        writer.put_artifact("call_costs", costs)
-    finally:
-        writer.close()
-    return costs
-
-
 def run(args) -> int:
-    costs = call_costs(args.store, args.costs, args.remeasure_costs) if args.cost == "calls" else None
-    out, sweep = compute(args.store, args.latency_ref, args.include_incomplete, costs, args.honest)
+    from specdiff.eval.frontier_result import frontier_result
+    from specdiff.runs.call_costs import store_call_costs
+
+    costs = store_call_costs(args.store, args.costs, args.remeasure_costs) if args.cost == "calls" else None
+    out, sweep = frontier_result(args.store, args.latency_ref, args.include_incomplete, costs, args.honest)
     if not args.no_plot:
         from specdiff.eval.figures import frontier_png
 

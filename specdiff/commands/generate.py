@@ -5,52 +5,13 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 
 from specdiff.argtypes import positive_int
+# add_generation_flags and sampling_of live in specdiff.flags; sampling_of stays importable from here for
+# commands/bench_speedup.py until its owner imports it from specdiff.flags
+from specdiff.flags import add_generation_flags, sampling_of  # noqa: F401
 from specdiff.runs.config import check_generation_args, run_config_from_args
-
-
-def add_generation_flags(parser) -> None:
-    """The flags of one generation configuration (shared with `specdiff eval` and the bench)."""
-    parser.add_argument("--drafter", default=None,
-                        help="a drafter kind (masked, ar, uniform, block, dflash: its zoo model; lookup: prompt "
-                             "lookup, no model), a zoo name or a local path (default: masked-drafter for the "
-                             "testbed's verifier, lookup for a real one)")
-    parser.add_argument("--verifier", default="verifier",
-                        help="zoo name, fetched name (specdiff models list), local folder or .gguf file (default verifier)")
-    parser.add_argument("--temperature", type=float, default=None, help="the verifier's temperature (0: greedy; "
-                        "default: the verifier's own, e.g. a fetched checkpoint's model-card settings)")
-    parser.add_argument("--top-p", type=float, default=None, help="the verifier's top-p (default: its own)")
-    parser.add_argument("--top-k", type=int, default=None, help="the verifier's top-k, 0 for off (default: its own)")
-    parser.add_argument("--steps", "-K", type=positive_int, default=1,
-                        help="denoising steps K per round: masked, block and uniform drafters (default 1)")
-    parser.add_argument("--threshold", "--tau", type=float, default=None,
-                        help="confidence threshold tau in (0, 1]: dynamic unmasking instead of K steps (masked and "
-                             "block drafters; dflash drafts in one step and takes neither)")
-    parser.add_argument("--order", default=None,
-                        help="unmasking order: entropy, confidence, margin, random, left_to_right (default: the drafter's)")
-    parser.add_argument("--prefix-cache", choices=["off", "round", "persistent"], default="off",
-                        help="masked drafter's prefix cache (default off; see docs/engine.md)")
-    parser.add_argument("--block-size", "-B", type=positive_int, default=8, help="drafted tokens per round B (default 8)")
-    parser.add_argument("--rule", choices=["lossless", "linear", "tv", "cactus", "typical"], default="lossless")
-    parser.add_argument("--leniency", type=float, default=0.0,
-                        help="lam (linear), eps (tv), delta (cactus) or epsilon (typical)")
-    parser.add_argument("--typical-delta", type=float, default=None,
-                        help="Typical's delta: accept y where p(y) > min(epsilon, delta exp(-H(p))) (default sqrt(epsilon))")
-    parser.add_argument("--gate-top", type=float, default=None, metavar="M",
-                        help="Gated: apply the rule only where the verifier's top-1 mass is <= M (Lossless elsewhere)")
-    parser.add_argument("--gate-entropy", type=float, default=None, metavar="TAU",
-                        help="Gated: ... or where the verifier's entropy is >= TAU nats")
-    parser.add_argument("--support", choices=["truncated", "untruncated"], default="truncated",
-                        help="measure drafts against the verifier after top-p/top-k (default) or before (untruncated)")
-    parser.add_argument("--method", choices=["token", "block"], default="token")
-    parser.add_argument("--proposal", choices=["marginal", "point_mass"], default="marginal")
-    parser.add_argument("--controller", default=None, metavar="NAME",
-                        help="run-time controller of effort and draft length per row and round (docs/adaptive.md): "
-                             "confidence, acceptance, effort, joined with '+', parameters after ':' "
-                             "(e.g. confidence:finish=0.9); -B is then the longest draft (default: none, fixed K and B)")
-    parser.add_argument("--batch-size", type=positive_int, default=1, help="sequences per batch (default 1)")
-    parser.add_argument("--device", default=None, help="torch device for both models, e.g. cuda (default cpu)")
 
 
 def register(subparsers) -> None:
@@ -106,19 +67,6 @@ def read_prompts(args) -> list:
     return prompts
 
 
-def sampling_of(args) -> dict:
-    """The verifier's sampling flags that were given (the rest stay the verifier's own defaults)."""
-    if getattr(args, "temperature", None) is not None and not args.temperature >= 0:
-        raise ValueError(f"--temperature must be >= 0, got {args.temperature}")
-    if getattr(args, "top_p", None) is not None and not 0 < args.top_p <= 1:
-        raise ValueError(f"--top-p must be in (0, 1], got {args.top_p}")
-    if getattr(args, "top_k", None) is not None and args.top_k < 0:
-        raise ValueError(f"--top-k must be >= 0 (0: off), got {args.top_k}")
-    return {key: value for key, value in (("temperature", getattr(args, "temperature", None)),
-                                          ("top_p", getattr(args, "top_p", None)),
-                                          ("top_k", getattr(args, "top_k", None))) if value is not None}
-
-
 def run(args) -> int:
     check_generation_args(args)
     prompts = read_prompts(args)
@@ -133,14 +81,20 @@ def run(args) -> int:
         torch.set_num_threads(args.threads)
     cache = ModelCache(device=args.device)
     if args.router is not None:
-        result, summary = _routed(args, prompts, cache)
+        from specdiff.runs.routing import generate_routed
+
+        result, summary = generate_routed(args.router, prompts, cache, args.max_new_tokens, args.seed)
     else:
         config = run_config_from_args(args)
         config.sampling = sampling
         generator = build_generator(config, cache)
         seed = torch.Generator(device=generator.verifier.device).manual_seed(args.seed)
         if args.stream and not args.json:
-            out = _streamed(generator, prompts, args.max_new_tokens, seed)
+            from specdiff.runs.streaming import generate_streamed
+
+            out = generate_streamed(generator, prompts, args.max_new_tokens, seed,
+                                    on_prompt=lambda prompt: print(f"--- {_shown(prompt)}", flush=True),
+                                    on_text=_write)
         else:
             out = generator.generate(prompts, max_new_tokens=args.max_new_tokens, progress=not args.json,
                                      generator=seed)
@@ -172,65 +126,6 @@ def _shown(prompt) -> str:
     return [m["content"] for m in prompt if m["role"] == "user"][-1].strip()
 
 
-def _streamed(generator, prompts, max_new_tokens: int, seed):
-    """One prompt at a time, its text printed as each round's tokens are accepted; returns one output for all."""
-    import sys
-
-    from specdiff.engine.generate import GenerationOutput
-    from specdiff.engine.stats import summarize
-
-    tokenizer = generator.tokenizer
-    outputs = []
-    for prompt in prompts:
-        print(f"--- {_shown(prompt)}", flush=True)
-        emitted, shown = [], [""]
-
-        def on_tokens(row, new, emitted=emitted, shown=shown):
-            emitted.extend(new)
-            if tokenizer is None:
-                sys.stdout.write(" ".join(map(str, new)) + " ")
-            else:  # decode the whole text so far: a token can complete a character begun by the one before
-                text = tokenizer.decode(emitted, skip_special_tokens=True)
-                sys.stdout.write(text[len(shown[0]):])
-                shown[0] = text
-            sys.stdout.flush()
-
-        outputs.append(generator.generate([prompt], max_new_tokens=max_new_tokens, generator=seed,
-                                          on_tokens=on_tokens))
-        print(flush=True)
-    stats = [o.stats[0] for o in outputs]
-    totals = {key: sum(getattr(o.summary, key) for o in outputs) for key in ("wall_s", "draft_s", "verify_s",
-                                                                             "forward_s")}
-    texts = None if tokenizer is None else [o.texts[0] for o in outputs]
-    return GenerationOutput(texts=texts, token_ids=[o.token_ids[0] for o in outputs], stats=stats,
-                            summary=summarize(stats, **totals))
-
-
-def _routed(args, prompts: list[str], cache):
-    """Each prompt generated under its router's configuration (`specdiff.runs.routing`); prompts sharing a
-    configuration run together. Returns (the JSON result, a summary over all prompts)."""
-    import torch
-
-    from specdiff.engine.stats import summarize
-    from specdiff.runs import build_generator
-    from specdiff.runs.routing import load_router, routed_configs
-
-    router = load_router(args.router)
-    configs = routed_configs(router, prompts, cache)
-    generations, stats, totals = [None] * len(prompts), [None] * len(prompts), dict.fromkeys(
-        ("wall_s", "draft_s", "verify_s", "forward_s"), 0.0)
-    exact = True
-    for name in dict.fromkeys(c.name for c in configs):
-        rows = [i for i, c in enumerate(configs) if c.name == name]
-        generator = build_generator(configs[rows[0]], cache)
-        out = generator.generate([prompts[i] for i in rows], max_new_tokens=args.max_new_tokens,
-                                 generator=torch.Generator(device=generator.verifier.device).manual_seed(args.seed))
-        exact = exact and generator.exact
-        for key in totals:
-            totals[key] += getattr(out.summary, key)
-        for i, text, ids, s in zip(rows, out.texts, out.token_ids, out.stats):
-            generations[i] = {"prompt": prompts[i], "text": text, "token_ids": ids, "stats": s.as_dict(),
-                              "config": configs[i].as_dict()}
-            stats[i] = s
-    summary = summarize(stats, **totals)
-    return {"router": args.router, "exact": exact, "summary": summary.as_dict(), "generations": generations}, summary
+def _write(text: str) -> None:
+    sys.stdout.write(text)
+    sys.stdout.flush()

@@ -28,13 +28,13 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from specdiff.commands.frontier import call_costs
     from specdiff.eval.report import build_report
+    from specdiff.runs.call_costs import store_call_costs
 
     if args.costs is not None and args.cost != "calls":
         raise ValueError("--costs prices the calls axis: give it with --cost calls")
     path = Path(args.out) if args.out else Path(args.store).with_suffix(".report.html")
-    costs = call_costs(args.store, args.costs) if args.cost == "calls" else None
+    costs = store_call_costs(args.store, args.costs) if args.cost == "calls" else None
     page = build_report(args.store, args.latency_ref, costs)
     path.write_text(page)
     if args.json:

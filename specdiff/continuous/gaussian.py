@@ -17,25 +17,16 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import dataclass
 
 import torch
 
-LOG_2 = math.log(2.0)
-LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
+from specdiff.continuous.gaussian_base import LOG_2, LOG_SQRT_2PI, GaussianVerifyResult  # noqa: F401 (re-exported)
+
 SCALAR_ROWS = 8  # up to this many CPU rows, verify_round runs on the host (gaussian_host.py)
 
 
 class LossyTemperatureWarning(UserWarning):
     """Temperature omega != 1 (Appendix I) does not sample the target any more."""
-
-
-@dataclass
-class GaussianVerifyResult:
-    num_accepted: torch.Tensor  # [b] long, tau in 0..gamma
-    next_state: torch.Tensor  # [b, d] the state of step tau + 1
-    rejected: torch.Tensor  # [b] bool, next_state is a residual draw
-    lossless: bool  # False when temperature != 1 (Appendix I)
 
 
 # ----------------------------------------------------------------------------- Appendix A.2: log space

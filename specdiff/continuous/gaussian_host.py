@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from scipy import special
 
-from specdiff.continuous.gaussian import LOG_2, LOG_SQRT_2PI, GaussianVerifyResult
+from specdiff.continuous.gaussian_base import LOG_2, LOG_SQRT_2PI, GaussianVerifyResult
 
 
 def _host(tensor: torch.Tensor) -> np.ndarray:

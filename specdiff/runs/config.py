@@ -99,7 +99,7 @@ def check_generation_args(args) -> None:
 
 
 def run_config_from_args(args, name: str = "cli") -> RunConfig:
-    """The RunConfig of the generation flags (`commands.generate.add_generation_flags`) or of an
+    """The RunConfig of the generation flags (`specdiff.flags.add_generation_flags`) or of an
     argparse-like namespace with the same fields."""
     from specdiff.runs.kinds import default_drafter, for_verifier
 

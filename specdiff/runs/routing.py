@@ -1,5 +1,5 @@
 """Routing glue: the cheap request features a router reads (`specdiff.eval.routing`), and a router
-file applied to requests (`specdiff generate --router FILE`).
+file applied to requests (`specdiff generate --router FILE`: `generate_routed`).
 
 Features of one prompt, each from one forward:
 - prompt_tokens: its length in the verifier's tokens;
@@ -76,3 +76,33 @@ def routed_configs(router: dict, prompts: list[str], cache) -> list:
     features = request_features(prompts, cache, models["verifier"], models["drafter"], models["block"])
     configurations = router["configurations"]
     return [RunConfig(name=configurations[i]["name"], **configurations[i]["params"]) for i in route(router, features)]
+
+
+def generate_routed(router_path: str, prompts: list, cache, max_new_tokens: int, seed: int):
+    """Each prompt generated under the configuration of its features' cell in the router file; prompts
+    sharing a configuration run together. Returns (the JSON result of `specdiff generate --router`, a
+    summary over all prompts)."""
+    import torch
+
+    from specdiff.engine.stats import summarize
+    from specdiff.runs import build_generator
+
+    router = load_router(router_path)
+    configs = routed_configs(router, prompts, cache)
+    generations, stats, totals = [None] * len(prompts), [None] * len(prompts), dict.fromkeys(
+        ("wall_s", "draft_s", "verify_s", "forward_s"), 0.0)
+    exact = True
+    for name in dict.fromkeys(c.name for c in configs):
+        rows = [i for i, c in enumerate(configs) if c.name == name]
+        generator = build_generator(configs[rows[0]], cache)
+        out = generator.generate([prompts[i] for i in rows], max_new_tokens=max_new_tokens,
+                                 generator=torch.Generator(device=generator.verifier.device).manual_seed(seed))
+        exact = exact and generator.exact
+        for key in totals:
+            totals[key] += getattr(out.summary, key)
+        for i, text, ids, s in zip(rows, out.texts, out.token_ids, out.stats):
+            generations[i] = {"prompt": prompts[i], "text": text, "token_ids": ids, "stats": s.as_dict(),
+                              "config": configs[i].as_dict()}
+            stats[i] = s
+    summary = summarize(stats, **totals)
+    return {"router": router_path, "exact": exact, "summary": summary.as_dict(), "generations": generations}, summary

@@ -125,7 +125,7 @@ def test_bad_controllers_are_refused(spec, message):
 def test_the_sweep_grid_takes_a_controller_axis(tmp_path):
     from sweep_helpers import TINY_CONFIG
 
-    from specdiff.commands.sweep import load_config
+    from specdiff.runs.sweep_config import load_config
     from specdiff.eval.sweepconfig import ConfigError
 
     plain = TINY_CONFIG.format(problems=2, steps=[4])

@@ -215,7 +215,7 @@ def test_make_rule_builds_gated_typical_and_supports():
 def test_the_sweep_grid_expands_gates_and_support_and_keeps_old_ids(tmp_path):
     from sweep_helpers import TINY_CONFIG
 
-    from specdiff.commands.sweep import load_config
+    from specdiff.runs.sweep_config import load_config
 
     base = TINY_CONFIG.format(problems=2, steps=[1, 4])
     old = tmp_path / "old.toml"
