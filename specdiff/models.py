@@ -83,7 +83,7 @@ def resolve(drafter: str, verifier: str | None = None) -> tuple[str, str]:
         return spec.name, drafter
     path = Path(drafter)
     if not (path / "config.json").is_file():
-        raise ValueError(f"unknown drafter {drafter!r}: not a kind ({', '.join(drafter_kinds())}), a zoo drafter "
+        raise ValueError(f"unknown drafter {drafter!r} (unknown model): not a kind ({', '.join(drafter_kinds())}), a zoo drafter "
                          f"({', '.join(drafter_kinds().values())}), a distilled drafter "
                          f"({', '.join(distilled.names()) or 'none shipped'}) nor a local directory with a "
                          "config.json")
