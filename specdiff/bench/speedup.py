@@ -149,10 +149,10 @@ def load_assistant(reference: str, verifier, cache):
 
 def estimate(settings, references: dict, suite, verifier, tuned: bool = False) -> str:
     """About how long the run takes: its generated tokens (every candidate and row at its max new tokens) at the
-    speed of the verifier's plain decoding, timed now on one validation prompt (speculative rows are faster)."""
+    speed of the verifier's plain decoding, timed now on the first measured prompt (speculative rows are faster)."""
     import time
 
-    prompt = suite.validation[0]
+    prompt = suite.test[0]
     method = rows_.plain(verifier)
     method.call([prompt], 4, settings.seed)
     start = time.perf_counter()
@@ -161,7 +161,7 @@ def estimate(settings, references: dict, suite, verifier, tuned: bool = False) -
     candidates = sum(len(tuner.candidates(kind, ref, settings)) for kind, ref in references.items())
     candidates += len(settings.hf_lookup_tokens)
     adaptive = sum(len(tuner.controllers_of(settings, kind, i)) for i, kind in enumerate(references))
-    tune_tokens = 0 if tuned else ((candidates + 2 * adaptive) * len(suite.validation) * settings.tune_repeats
+    tune_tokens = 0 if tuned else ((candidates + 2 * adaptive) * suite.validation_size * settings.tune_repeats
                                    * (settings.tune_max_new_tokens or settings.max_new_tokens))
     rows = (4 + 2 * len(references) + len(settings.batch_sizes)
             + len(references) * (len(settings.tradeoff_steps) + 2 * len(settings.leniency)))
@@ -169,7 +169,7 @@ def estimate(settings, references: dict, suite, verifier, tuned: bool = False) -
     test_tokens = rows * n * (settings.repeats + 0.2) * settings.max_new_tokens
     minutes = (tune_tokens + test_tokens) * per_token / 60
     return (f"about {minutes:.0f} min: {'no tuning (a tuning file)' if tuned else f'{candidates} tuning candidates'}"
-            f" on {len(suite.validation)} validation prompts, about {rows} rows on {n} test prompts x "
+            f" on {suite.validation_size} validation prompts, about {rows} rows on {n} test prompts x "
             f"{settings.repeats} repeats, at plain decoding's {1000 * per_token:.0f} ms/token (an upper bound)")
 
 

@@ -19,8 +19,9 @@ class Suite:
     """A suite's prompts are read when first asked for (a tuning run never reads the measured ones)."""
 
     def __init__(self, name: str, test: Callable[[], list[Prompt]], validation: Callable[[], list[Prompt]],
-                 score: Callable[[str, Prompt], bool] | None, measured_on: str, tuned_on: str):
+                 score: Callable[[str, Prompt], bool] | None, measured_on: str, tuned_on: str, validation_size: int):
         self.name, self.score, self.measured_on, self.tuned_on = name, score, measured_on, tuned_on
+        self.validation_size = validation_size  # known without reading the prompts (the run's estimate)
         self._test, self._validation = test, validation
 
     @cached_property
@@ -51,13 +52,15 @@ def _arith_suite(settings, tokenizer) -> Suite:
 
     return Suite("arith", lambda: prompts("test", settings.first_problem, settings.problems),
                  lambda: prompts("validation", 0, settings.tune_problems or 20),
-                 lambda text, prompt: bool(tasks.is_correct(text, prompt.target)), "arith test", "arith validation")
+                 lambda text, prompt: bool(tasks.is_correct(text, prompt.target)), "arith test", "arith validation",
+                 settings.tune_problems or 20)
 
 
 def _prompts_suite(settings, tokenizer) -> Suite:
     from specdiff.runs.prompts import VALIDATION_FILE
 
     path = check_prompts_file(settings.prompts_file)
+    lines = sum(1 for line in VALIDATION_FILE.read_text().splitlines() if line.strip())
     return Suite(path.name, lambda: read_prompts(path, tokenizer, settings.first_problem, settings.problems),
                  lambda: validation_prompts(tokenizer, settings.tune_problems), None, str(path),
-                 f"{VALIDATION_FILE.name} (validation, tuning only)")
+                 f"{VALIDATION_FILE.name} (validation, tuning only)", min(lines, settings.tune_problems or lines))

@@ -138,7 +138,7 @@ def _settings(args):
         if none is not None and value == [none]:
             value = []
         replacement = (f"--sampling {key.split('.')[1]}={value}" if key.startswith("sampling.")
-                       else f"--set {key}={json.dumps(value)}")
+                       else f"--set {key}={json.dumps(value, separators=(',', ':'))}")
         warnings.warn(f"{flag} is deprecated; use {replacement}", FutureWarning, stacklevel=2)
         _put(given, key, value)
     preset = args.preset or ("real" if models.is_real(given.get("verifier", "verifier")) else "testbed")
