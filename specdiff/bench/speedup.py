@@ -160,11 +160,14 @@ def estimate(settings, references: dict, suite, verifier, tuned: bool = False) -
     per_token = (time.perf_counter() - start) / max(made, 1)
     candidates = sum(len(tuner.candidates(kind, ref, settings)) for kind, ref in references.items())
     candidates += len(settings.hf_lookup_tokens)
-    adaptive = sum(len(tuner.controllers_of(settings, kind, i)) for i, kind in enumerate(references))
+    controlled = [kind for kind in references if not settings.controlled_kinds
+                  or settings.controlled_kinds in _spec(kind).effort]
+    adaptive = sum(len(tuner.controllers_of(settings, kind, i)) for i, kind in enumerate(references) if kind in controlled)
+    stepped = sum("steps" in _spec(kind).effort for kind in references)
     tune_tokens = 0 if tuned else ((candidates + 2 * adaptive) * suite.validation_size * settings.tune_repeats
                                    * (settings.tune_max_new_tokens or settings.max_new_tokens))
-    rows = (4 + 2 * len(references) + len(settings.batch_sizes)
-            + len(references) * (len(settings.tradeoff_steps) + 2 * len(settings.leniency)))
+    rows = (4 + len(references) + len(controlled) + len(settings.batch_sizes)
+            + stepped * (len(settings.tradeoff_steps) + 2 * len(settings.leniency)))
     n = len(suite.test)
     test_tokens = rows * n * (settings.repeats + 0.2) * settings.max_new_tokens
     minutes = (tune_tokens + test_tokens) * per_token / 60
