@@ -16,7 +16,6 @@ SUBCOMMAND_MODULES = [
     "specdiff.commands.demo",
     "specdiff.commands.generate",
     "specdiff.commands.eval",
-    "specdiff.commands.bench",
     "specdiff.commands.sweep",
     "specdiff.commands.frontier",
     "specdiff.commands.route",
@@ -27,6 +26,12 @@ SUBCOMMAND_MODULES = [
     "specdiff.commands.distill",
     "specdiff.commands.continuous",
 ]
+# command groups: name -> (help, modules that each register one or more of its subcommands)
+GROUPS = {
+    "bench": ("benchmarks that print JSON (ratios measured side by side)",
+              ["specdiff.commands.bench_verify", "specdiff.commands.bench_speedup", "specdiff.commands.bench_stateful",
+               "specdiff.commands.bench_leniency", "specdiff.commands.bench_vllm"]),
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -38,16 +43,27 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"specdiff {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module_name in SUBCOMMAND_MODULES:
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as error:
-            if error.name == module_name:  # a renamed or deleted module must not drop its subcommands silently
-                raise ImportError(f"specdiff: subcommand module {module_name} is listed in specdiff/cli.py "
-                                  "SUBCOMMAND_MODULES but does not exist") from error
-            raise
-        module.register(subparsers)
+    for module_name in SUBCOMMAND_MODULES[:3]:  # demo, generate, eval first in the help, as before
+        _module(module_name).register(subparsers)
+    for group, (help_text, module_names) in GROUPS.items():
+        command = subparsers.add_parser(group, help=help_text)
+        which = command.add_subparsers(dest=f"{group}_target", metavar="TARGET")
+        for module_name in module_names:
+            _module(module_name).register(which)
+        command.set_defaults(handler=lambda args, command=command: (command.print_help(), 0)[1])
+    for module_name in SUBCOMMAND_MODULES[3:]:
+        _module(module_name).register(subparsers)
     return parser
+
+
+def _module(module_name: str):
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as error:
+        if error.name == module_name:  # a renamed or deleted module must not drop its subcommands silently
+            raise ImportError(f"specdiff: subcommand module {module_name} is listed in specdiff/cli.py "
+                              "but does not exist") from error
+        raise
 
 
 def main(argv: list[str] | None = None) -> int:

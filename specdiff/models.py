@@ -289,6 +289,19 @@ def _model_dtype(model):
     return next(model.parameters()).dtype
 
 
+def checkpoint_config(reference: str) -> dict:
+    """The config.json of a drafter reference (a distilled drafter, a zoo name or a local folder); {} for prompt
+    lookup and for anything without one."""
+    from specdiff import zoo
+
+    folder = distilled.folder(reference) if reference != LOOKUP else None
+    if folder is None and reference in zoo.TRAINABLE:
+        folder = zoo.model_dir(reference)
+    if folder is None and reference != LOOKUP and (Path(reference) / "config.json").is_file():
+        folder = Path(reference)
+    return _config(folder) if folder is not None else {}
+
+
 def _config(folder) -> dict:
     return json.loads((Path(folder) / "config.json").read_text())
 

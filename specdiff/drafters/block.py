@@ -85,6 +85,8 @@ class BlockKind(MaskedKind):
                  dict(threshold=0.9, proposal="point_mass"), dict(steps=4, rule="linear", leniency=0.2))
     demo_adaptive = None
     leniency_proposal = "point_mass"  # q is its marginal only at one step: the leniency bench verifies point masses
+    bench_grid = {"steps": [2, 4, 8], "thresholds": [0.7, 0.9]}
+    bench_controllers = ("confidence:floor=0,finish=0.9", "confidence:floor=0.3", "acceptance:margin=2")
 
     def recognise(self, config):
         return (config.get("specdiff_role") == "block-drafter" or config.get("model_type") in self.model_types
@@ -99,6 +101,10 @@ class BlockKind(MaskedKind):
 
     def run_options(self, run):
         return KindSpec.run_options(self, run)
+
+    def trained_block(self, config):
+        """B is at most the block length it was trained on (its config's block_size)."""
+        return config.get("block_size")
 
 
 register(BlockKind())

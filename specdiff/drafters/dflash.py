@@ -160,6 +160,8 @@ class DFlashKind(KindSpec):
     option_keys = ("mask_token_id",)
     needs_target = True
     demo_rows = (dict(), dict(block_size=16), dict(rule="linear", leniency=0.2))
+    bench_controllers = ("confidence:floor=0.3", "confidence:floor=0.5", "acceptance:margin=2",
+                         "confidence:floor=0.3+acceptance:margin=2")
 
     def recognise(self, config):
         return config.get("specdiff_role") == "dflash-drafter" or (
@@ -178,6 +180,10 @@ class DFlashKind(KindSpec):
     def build_distilled(self, model, verifier, draft_to_target, **options):
         self.check_options(options)
         return DFlashDrafter(model, verifier, draft_to_target=draft_to_target, **{"temperature": 0.0, **options})
+
+    def trained_block(self, config):
+        """A distilled DFlash drafter's trained block (its config's block_size, the anchor excluded)."""
+        return int(config["block_size"]) - 1 if config.get("specdiff_role") == self.distilled_role else None
 
     def distilled_model(self, model_config, weights, target, draft_to_target):
         import transformers

@@ -95,6 +95,11 @@ class LookupKind(KindSpec):
                              f"{', '.join(self.option_keys)}")
         return PromptLookupDrafter(**options)
 
+    def bench_candidates(self, block, grid):
+        """One candidate per longest n-gram size (`ngrams`) at this B."""
+        return [(f"lookup B={block} n={n}", {"block_size": block, "extra": {"max_ngram": n}})
+                for n in grid.get("ngrams") or [3]]
+
     def run_options(self, run):
         return {key: run.extra[key] for key in self.option_keys if key in run.extra}
 

@@ -272,6 +272,9 @@ class MaskedKind(KindSpec):
     # point mass, so exact whatever the unmasking order (docs/adaptive.md)
     demo_adaptive = dict(steps=4, block_size=16, proposal="point_mass", prefix_cache="persistent",
                          controller="confidence:floor=0,finish=0.9")
+    bench_controllers = ("confidence:floor=0,finish=0.9", "confidence:floor=0,finish=0.8",
+                         "confidence:floor=0.3,finish=0.9", "confidence:floor=0,finish=0.9+acceptance:margin=4")
+    leniency_bench = True
 
     def recognise(self, config):
         architectures = " ".join(config.get("architectures") or [])

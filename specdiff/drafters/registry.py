@@ -20,7 +20,12 @@ Terms:
   verification is lossless (otherwise it is verified as a point mass);
 - effort_grid(steps, thresholds): the efforts a tuner tries (each a dict of RunConfig fields);
 - demo_rows, demo_adaptive: its rows in `specdiff demo` (effort first, then leniency; a point-mass row where
-  marginal mode is approximate).
+  marginal mode is approximate);
+- bench_grid: its own tuning grid in `specdiff bench` (keys of the bench's grid: blocks, steps, thresholds,
+  caches, ngrams), over the preset's and under what a user sets; bench_controllers: the run-time controllers
+  tried on its tuned configuration; leniency_bench: whether `specdiff bench leniency` takes it;
+- bench_candidates(block, grid): the tuning candidates at one B (row name, RunConfig fields);
+  trained_block(config): the longest B a drafter was trained for (None: any).
 """
 from __future__ import annotations
 
@@ -50,6 +55,9 @@ class KindSpec:
     leniency_proposal: str = "marginal"  # the proposal mode of `specdiff bench leniency` rows
     demo_rows: tuple[dict, ...] = ()  # `specdiff demo --drafter KIND`: RunConfig fields per row (B = 8 unless given)
     demo_adaptive: dict | None = None  # its adaptive demo row (RunConfig fields), if it has one
+    bench_grid: dict = {}  # `specdiff bench`: its own grid keys (blocks, steps, thresholds, caches, ngrams)
+    bench_controllers: tuple[str, ...] = ()  # `specdiff bench`: controllers tried on its tuned configuration
+    leniency_bench: bool = False  # `specdiff bench leniency --drafter KIND` takes it
 
     def recognise(self, config: dict) -> bool:
         return False
@@ -120,6 +128,31 @@ class KindSpec:
         if "threshold" in self.effort:
             grid += [{"threshold": float(t)} for t in thresholds]
         return grid
+
+    def bench_candidates(self, block: int, grid: dict) -> list[tuple[str, dict]]:
+        """The tuning candidates at draft length `block`: (row name, RunConfig fields) for every effort of the grid
+        with K <= B, by prefix cache where the kind has one (a round cache at one step is never reused: skipped);
+        a marginal proposal where it is exact at that effort, a point mass otherwise."""
+        out = []
+        caches = grid.get("caches") or ["off"] if "prefix_cache" in self.option_keys else [None]
+        for effort in self.effort_grid(grid.get("steps") or [1], grid.get("thresholds") or []):
+            steps = effort.get("steps", 1)
+            if steps > block:
+                continue
+            exact = self.marginal_exact(effort)
+            name = self.describe(steps, effort.get("threshold"), block) + ("" if exact else " point mass")
+            for cache in caches:
+                if cache == "round" and steps == 1 and "threshold" not in effort:
+                    continue
+                fields = dict(effort, block_size=block, proposal="marginal" if exact else "point_mass")
+                if cache is not None:
+                    fields["prefix_cache"] = False if cache == "off" else cache
+                out.append((name + ("" if cache is None else f" cache={cache}"), fields))
+        return out
+
+    def trained_block(self, config: dict) -> int | None:
+        """The longest draft a checkpoint of this kind (its config.json, a dict) was trained for (None: any B)."""
+        return None
 
     def article(self) -> str:
         return f"{'an' if (self.label or self.name)[0] in 'aeiouAEIOU' else 'a'} {self.label or self.name}"

@@ -52,7 +52,10 @@ def test_the_draft_vocabulary_is_a_set_of_distinct_verifier_ids_with_eos(kind):
 
 def test_dflash_and_ar_name_the_verifiers_own_drafters_and_dflash_is_its_default():
     from specdiff.runs import kinds
-    from specdiff.runs.real_bench import default_drafters
+    from specdiff.bench import settings, speedup
+
+    def default_drafters(verifier):  # the real preset's drafters for a verifier: its own distilled ones, then lookup
+        return list(speedup.drafter_references(settings.build("real", {"verifier": verifier})).values())
 
     assert kinds.default_drafter(VERIFIER) == f"{VERIFIER}-dflash"
     assert kinds.resolve("dflash", VERIFIER) == ("dflash", f"{VERIFIER}-dflash")

@@ -1,4 +1,4 @@
-"""`specdiff bench verify`: our batched verify() beside transformers' _speculative_sampling.
+"""`specdiff bench verify`'s measurement: our batched verify() beside transformers' _speculative_sampling.
 
 The drafts are a noisy copy of the target logits (moderate acceptance). The Cactus overhead is
 also measured at equal work, where q = p and every row accepts all B tokens under both rules.
@@ -6,38 +6,11 @@ also measured at equal work, where q = p and every row accepts all B tokens unde
 Both sides start from the same logits. transformers handles one sequence per call, so it is
 called row by row over the same tensors. The floor is one pass that reads the target and draft
 logits once (a sum over each). Times are medians over repeats after a warm-up, with a fixed
-torch thread count; ratios compare runs made side by side in this one process.
+torch thread count (`eval.timing`); ratios compare runs made side by side in this one process.
 """
 from __future__ import annotations
 
-import json
-import os
-
-from specdiff.argtypes import positive_int
 from specdiff.eval.timing import interleaved_median_ms
-
-
-def register(subparsers) -> None:
-    bench = subparsers.add_parser("bench", help="benchmarks that print JSON (ratios measured side by side)")
-    which = bench.add_subparsers(dest="bench_target", metavar="TARGET")
-    verify = which.add_parser("verify", help="time verify() against transformers' speculative sampling and a read-once floor")
-    verify.add_argument("--json", action="store_true", help="print only the JSON result")
-    verify.add_argument("--threads", type=positive_int, default=min(2, os.cpu_count() or 1),
-                        help="torch threads (default: min(2, cores))")
-    verify.add_argument("--repeats", type=positive_int, default=7, help="timed repeats per case; the median is reported")
-    verify.add_argument("--block", type=positive_int, default=16, help="draft length B (default 16)")
-    verify.add_argument("--vocab", type=positive_int, nargs="+", default=[151_936, 32_000], help="vocabulary sizes")
-    verify.add_argument("--batch", type=positive_int, nargs="+", default=[1, 8], help="batch sizes")
-    verify.add_argument("--delta", type=float, default=0.5, help="Cactus KL budget for the Cactus timing")
-    verify.add_argument("--seed", type=int, default=0)
-    verify.set_defaults(handler=run_verify_bench)
-    from specdiff.commands import bench_leniency, bench_speedup, bench_stateful, bench_vllm
-
-    bench_speedup.register(which)
-    bench_stateful.register(which)
-    bench_leniency.register(which)
-    bench_vllm.register(which)
-    bench.set_defaults(handler=lambda args: (bench.print_help(), 0)[1])
 
 
 def bench_case(batch: int, vocab: int, block_len: int, repeats: int, delta: float, seed: int) -> dict:
@@ -115,18 +88,20 @@ def bench_case(batch: int, vocab: int, block_len: int, repeats: int, delta: floa
     }
 
 
-def run_verify_bench(args) -> int:
+def verify_bench(threads: int, repeats: int, block: int, vocabs, batches, delta: float, seed: int,
+                 say=None) -> dict:
+    """Every (vocabulary, batch) case and the headline ratios."""
     import torch
     import transformers
 
-    torch.set_num_threads(args.threads)
+    torch.set_num_threads(threads)
     cases = []
-    for vocab in args.vocab:
-        for batch in args.batch:
-            case = bench_case(batch, vocab, args.block, args.repeats, args.delta, args.seed)
+    for vocab in vocabs:
+        for batch in batches:
+            case = bench_case(batch, vocab, block, repeats, delta, seed)
             cases.append(case)
-            if not args.json:
-                print(f"V={vocab:>7} b={batch}: ours {case['lossless_ms']:8.2f} ms  hf {case['hf_ms']:8.2f} ms  "
+            if say:
+                say(f"V={vocab:>7} b={batch}: ours {case['lossless_ms']:8.2f} ms  hf {case['hf_ms']:8.2f} ms  "
                       f"floor {case['floor_ms']:7.2f} ms  cactus {case['cactus_ms']:8.2f} ms")
     headline = next((c for c in cases if c["batch"] == 8 and c["vocab"] == 151_936), cases[-1])
     result = {
@@ -144,10 +119,9 @@ def run_verify_bench(args) -> int:
         "headline_case": {"batch": headline["batch"], "vocab": headline["vocab"], "block": headline["block"]},
         "targets": {"ratio_vs_hf": 0.7, "ratio_vs_floor": 3.0, "ratio_cactus_vs_lossless": 1.5},
         "cases": cases,
-        "threads": args.threads,
-        "repeats": args.repeats,
+        "threads": threads,
+        "repeats": repeats,
         "torch": torch.__version__,
         "transformers": transformers.__version__,
     }
-    print(json.dumps(result, indent=None if args.json else 2))
-    return 0
+    return result

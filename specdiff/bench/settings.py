@@ -1,0 +1,193 @@
+"""What one bench run measures, in one place: `Settings`, filled from a preset file and then from the flags.
+
+Terms:
+- a field: one setting; its metadata holds its help and whether it is a command-line flag (`flag`); the rest
+  are set with `--set KEY=VALUE` (VALUE a TOML value: `blocks=[4,8]`, `hf_assistant="none"`; a bare
+  comma-separated list also works: `blocks=4,8`);
+- a preset: a TOML file of field values (`presets/testbed.toml`, `presets/real.toml`, or any path); the
+  default preset is `real` for a real verifier and `testbed` otherwise. Precedence, lowest first: the
+  dataclass defaults, the preset, the flags and `--set`;
+- a kind's grid (`grid`): the run's grid (blocks, steps, thresholds, caches, ngrams), then the kind's own
+  (`KindSpec.bench_grid`) for the keys the user did not set, then the preset's `[kinds.NAME]` table.
+"""
+from __future__ import annotations
+
+import tomllib
+from dataclasses import MISSING, dataclass, field, fields, replace
+from pathlib import Path
+
+PRESETS = Path(__file__).resolve().parent / "presets"
+GRID_KEYS = ("blocks", "steps", "thresholds", "caches", "ngrams")
+
+
+def _f(default, help: str, flag: bool = False, metavar: str | None = None):
+    meta = {"help": help, "flag": flag, "metavar": metavar}
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: type(default)(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+@dataclass
+class Settings:
+    verifier: str = _f("verifier", "the testbed's verifier, or a real one: a fetched name (specdiff models list) or "
+                       "a local checkpoint folder; it picks the default preset", flag=True, metavar="NAME|PATH")
+    drafters: list | None = _f(None, "drafters measured besides the preset's always_drafters: kinds, zoo names, "
+                               "distilled drafters or checkpoint folders (comma-separated or repeated)", flag=True,
+                               metavar="KIND[,KIND...]")
+    prompts_file: str | None = _f(None, "JSONL prompts measured ({\"messages\"} or {\"prompt\"} per line; a \"kind\" "
+                                  "key grouped in the report); never tuned on. Default: the preset's suite "
+                                  "(testbed: arith test problems; real: the shipped real_test.jsonl)", flag=True,
+                                  metavar="FILE")
+    problems: int | None = _f(None, "prompts measured (None: all from --first-problem on)", flag=True, metavar="N")
+    first_problem: int = _f(0, "measure prompts [first, first + problems): re-measure on other prompts", flag=True,
+                            metavar="I")
+    tune_problems: int | None = _f(None, "validation prompts for tuning (None: all)", flag=True, metavar="N")
+    repeats: int = _f(3, "interleaved timed repeats of every row on each prompt (median per prompt)", flag=True,
+                      metavar="N")
+    max_new_tokens: int = _f(96, "max new tokens per measured prompt", flag=True, metavar="N")
+    seed: int = _f(0, "the seed of every row's draws", flag=True, metavar="S")
+    threads: int = _f(1, "torch threads", flag=True, metavar="N")
+    sampling: dict = _f({}, "the verifier's sampling, KEY=VALUE pairs of temperature, top_p, top_k ({}: the "
+                        "verifier's own; temperature 0: greedy)", flag=True, metavar="temperature=T[,top_p=P,...]")
+    suite: str = _f("arith", "what is measured and tuned on: arith (the testbed's problems) or prompts (files)")
+    always_drafters: list = _f([], "drafters always measured; the first is the testbed report's `spec` row")
+    tune_max_new_tokens: int | None = _f(None, "max new tokens per validation prompt while tuning (None: "
+                                         "max_new_tokens)")
+    tune_repeats: int = _f(1, "interleaved repeats of each validation prompt while tuning")
+    blocks: list = _f([8], "B grid of every drafter")
+    steps: list = _f([1], "K grid of drafters whose effort is K")
+    thresholds: list = _f([], "confidence threshold tau grid of drafters that take one")
+    caches: list = _f(["off"], "prefix caches tried for drafters that have one: off, round, persistent")
+    ngrams: list = _f([3], "prompt lookup: longest n-gram grid")
+    hf_lookup_tokens: list = _f([], "HF prompt lookup's prompt_lookup_num_tokens grid ([]: no hf_lookup row)")
+    hf_assistant: str | None = _f(None, "transformers' assisted generation's drafter (None: the verifier's AR "
+                                  "drafter where one fits; \"none\": no hf_assisted row)")
+    controllers: list | None = _f(None, "run-time controllers tried on each drafter's tuned configuration (None: "
+                                  "each kind's own; []: no adaptive rows)")
+    kind_controllers: list | None = _f(None, "the same for every drafter after the first (None: controllers)")
+    controlled_kinds: str = _f("", "an effort knob a drafter needs for adaptive rows (\"steps\"; \"\": any)")
+    adaptive_steps: list = _f([], "with a controller: the most steps K ([]: the tuned K)")
+    adaptive_blocks: list = _f([], "with a controller: the longest draft B ([]: the tuned B and the largest of "
+                               "blocks)")
+    adaptive_cache: str = _f("", "with a controller: the prefix cache (\"\": the tuned one)")
+    batch_sizes: list = _f([], "the first drafter's tuned configuration again at these batch sizes "
+                           "(spec_<kind>_batch<N>)")
+    tradeoff_steps: list = _f([], "effort rows spec_<kind> K=k at each K (drafters whose effort is K)")
+    leniency: list = _f([], "leniency rows RULE:VALUE at the tuned B with K = 1 (linear, typical, tv, cactus)")
+    kinds: dict = _f({}, "per-kind grid tables ({NAME = {blocks = [...], ...}})")
+    user_set: tuple = field(default=(), metadata={"help": "", "flag": False, "internal": True})
+
+    def as_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self) if not f.metadata.get("internal")}
+
+
+def settings_fields(flag: bool | None = None) -> list:
+    """The fields a user can set (flags only, set-only, or all)."""
+    return [f for f in fields(Settings) if not f.metadata.get("internal")
+            and (flag is None or bool(f.metadata["flag"]) == flag)]
+
+
+def read_preset(name_or_path: str) -> dict:
+    """A preset's field values: a shipped preset's name or a TOML file's path."""
+    path = PRESETS / f"{name_or_path}.toml"
+    path = path if path.is_file() else Path(name_or_path)
+    if not path.is_file():
+        shipped = ", ".join(sorted(p.stem for p in PRESETS.glob("*.toml")))
+        raise ValueError(f"--preset {name_or_path!r}: not a shipped preset ({shipped}) nor a TOML file")
+    values = tomllib.loads(path.read_text())
+    _check_keys(values, f"preset {path}")
+    return values
+
+
+def build(preset: str, given: dict) -> Settings:
+    """The dataclass defaults, then the preset, then `given` (the user's flags and --set values)."""
+    _check_keys(given, "--set")
+    base = read_preset(preset)
+    values = {**base, **given}
+    if "sampling" in given:  # a sampling flag adds to the preset's sampling
+        values["sampling"] = {**base.get("sampling", {}), **given["sampling"]}
+    if "kinds" in given:  # a kind's table adds to the preset's table of that kind
+        values["kinds"] = {name: {**base.get("kinds", {}).get(name, {}), **given["kinds"].get(name, {})}
+                           for name in {**base.get("kinds", {}), **given["kinds"]}}
+    settings = replace(Settings(), **values, user_set=tuple(given))
+    _check(settings)
+    return settings
+
+
+def grid(settings: Settings, spec) -> dict:
+    """A kind's tuning grid (module docstring)."""
+    out = {key: list(getattr(settings, key)) for key in GRID_KEYS}
+    out.update({key: list(value) for key, value in spec.bench_grid.items() if key not in settings.user_set})
+    out.update(settings.kinds.get(spec.name, {}))
+    return out
+
+
+def parse_value(text: str):
+    """A --set VALUE: a TOML value, else a comma-separated list of TOML values or bare strings, else a string."""
+    for candidate in (text, f"[{text}]"):
+        try:
+            return tomllib.loads(f"v = {candidate}")["v"]
+        except tomllib.TOMLDecodeError:
+            pass
+    parts = [part.strip() for part in text.split(",")]
+    return parts if len(parts) > 1 else text
+
+
+def defaults_text(name: str) -> str:
+    """A field's default as its help shows it: one value, or one per shipped preset where they differ."""
+    base = Settings().as_dict()[name]
+    per = {p.stem: tomllib.loads(p.read_text()).get(name, base) for p in sorted(PRESETS.glob("*.toml"))}
+    if len({repr(value) for value in per.values()}) == 1:
+        return f"default {_show(base if not per else next(iter(per.values())))}"
+    return "default " + "; ".join(f"{preset} {_show(value)}" for preset, value in per.items())
+
+
+def _show(value) -> str:
+    if value is None:
+        return "none"
+    if isinstance(value, list):
+        return " ".join(map(str, value)) or "[]"
+    if isinstance(value, dict):
+        return ",".join(f"{k}={v}" for k, v in value.items()) or "{}"
+    return str(value)
+
+
+def _check_keys(values: dict, where: str) -> None:
+    known = {f.name for f in settings_fields()}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ValueError(f"{where}: unknown setting(s) {', '.join(unknown)}; settings are {', '.join(sorted(known))}")
+
+
+def _check(settings: Settings) -> None:
+    from specdiff.engine.controllers import parse_controller
+
+    sampling = settings.sampling
+    unknown = sorted(set(sampling) - {"temperature", "top_p", "top_k"})
+    if unknown:
+        raise ValueError(f"--sampling: unknown key(s) {', '.join(unknown)} (temperature, top_p, top_k)")
+    if sampling.get("temperature") is not None and not sampling["temperature"] >= 0:
+        raise ValueError(f"--temperature must be >= 0, got {sampling['temperature']}")
+    if set(sampling) - {"temperature"} and not sampling.get("temperature"):
+        raise ValueError("--top-p and --top-k apply to a sampled run: give --temperature T > 0 (default greedy)")
+    if sampling.get("top_p") is not None and not 0 < sampling["top_p"] <= 1:
+        raise ValueError(f"--top-p must be in (0, 1], got {sampling['top_p']}")
+    for name in ("controllers", "kind_controllers"):
+        for controller in getattr(settings, name) or []:
+            try:
+                if parse_controller(controller) is None:
+                    raise ValueError("the adaptive grid needs controllers, not 'none' (an empty list: no adaptive rows)")
+            except ValueError as error:
+                raise ValueError(f"--controllers: {error}") from None
+    for entry in settings.leniency:
+        rule, _, value = str(entry).partition(":")
+        try:
+            float(value)
+        except ValueError:
+            value = ""
+        if rule not in ("linear", "typical", "tv", "cactus") or not value:
+            raise ValueError(f"--leniency: expected RULE:VALUE with RULE linear, typical, tv or cactus, got {entry!r}")
+    for name in ("problems", "tune_problems", "repeats", "max_new_tokens", "threads", "tune_repeats"):
+        value = getattr(settings, name)
+        if value is not None and not (isinstance(value, int) and value >= 1):
+            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")

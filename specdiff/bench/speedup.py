@@ -1,0 +1,195 @@
+"""`specdiff bench speedup` and `specdiff bench tune`: the one bench, on any suite (`suites`).
+
+`speedup(settings, tuning=None, say)`: the drafters (`references`), the suite, then the tuning (`tuner.tune` on
+validation only, unless a tuning file's is given), then every row measured interleaved on the suite's test
+prompts (`timer.measure`), then the report (`report.report`). Rows:
+- `ar` (specdiff's plain decoding) and `hf` (transformers' generate): the plain-decoding rows;
+- `hf_lookup` (HF prompt lookup at its tuned N, when `hf_lookup_tokens` is not empty) and `hf_assisted`
+  (transformers' assisted generation with `hf_assistant`, by default the verifier's AR drafter where one fits);
+- `spec_<kind>` per drafter at its tuned configuration; `spec_<kind>_adaptive` with its tuned controller;
+  `spec_<kind>_batch<N>` (the first drafter, `batch_sizes`); the effort and leniency rows of `tradeoffs`.
+`estimate` says, before anything is tuned, about how long the run takes.
+"""
+from __future__ import annotations
+
+from specdiff.bench import methods as rows_
+from specdiff.bench import report as report_
+from specdiff.bench import suites, tradeoffs, tuner
+from specdiff.bench.figures import figures
+from specdiff.bench.timer import measure
+
+
+def speedup(settings, tuning: dict | None = None, say=None) -> dict:
+    """Tunes (unless `tuning` is given), measures every row, returns the report."""
+    from specdiff.runs import RunConfig
+
+    say = say or (lambda *a: None)
+    references = tuning["references"] if tuning else drafter_references(settings)
+    cache, verifier, suite = _setup(settings)
+    say(estimate(settings, references, suite, verifier, tuned=tuning is not None))
+    tuning = tuning or tuner.tune(references, settings, suite, cache, verifier, say)
+    chosen = tuning["chosen"]
+    methods = {"ar": rows_.plain(verifier), "hf": rows_.hf(verifier)}
+    if "hf_lookup" in chosen:
+        n = chosen["hf_lookup"]["config"]["prompt_lookup_num_tokens"]
+        methods["hf_lookup"] = rows_.hf(verifier, "hf_lookup", prompt_lookup_num_tokens=n,
+                                        config=chosen["hf_lookup"]["config"])
+    assistant = assistant_reference(settings, references)
+    if assistant is not None:
+        methods["hf_assisted"] = rows_.hf(verifier, "hf_assisted", assistant_model=load_assistant(assistant, verifier, cache),
+                                          config={"assistant_model": assistant})
+    configs = {row: RunConfig(**{**chosen[row]["config"], "name": row}) for row in chosen if row.startswith("spec_")}
+    first = f"spec_{next(iter(references))}"
+    configs.update({f"{first}_batch{n}": RunConfig(**{**chosen[first]["config"], "name": f"{first}_batch{n}",
+                                                       "batch_size": n}) for n in settings.batch_sizes})
+    steps_kinds = [kind for kind in references if "steps" in _spec(kind).effort]
+    extra, lenient = tradeoffs.tradeoff_rows(steps_kinds, chosen, tuning["grid"], settings)
+    configs.update(extra)
+    methods.update({row: rows_.speculative(config, cache) for row, config in configs.items()})
+    records = measure(methods, suite.test, settings.max_new_tokens, settings.repeats, settings.seed, say, phase="test")
+    greedy = verifier.temperature == 0
+    reference = [r["ids"] for r in records["hf"]] if greedy else None
+    tokenizer = cache.tokenizer(settings.verifier)
+    rows = {}
+    for name, method in methods.items():
+        rows[name] = {**figures(records[name], suite.test, reference, suite.score,
+                                lambda ids: tokenizer.decode(ids, skip_special_tokens=True)),
+                      "exact": method.exact, "config": method.config}
+    step_s = rows["ar"]["wall_s"] / max(rows["ar"]["new_tokens"], 1)  # one verifier forward of one token
+    for name in configs:  # the drafter's seconds per round, in verifier steps
+        if rows[name].get("rounds"):
+            rows[name]["drafter_cost_vs_verifier_step"] = rows[name]["draft_ms"] / 1000 / step_s
+    for name, config in lenient.items():  # untimed: what the leniency rows emit, beside lossless at K = 1
+        rows[name].update(tradeoffs.agreement(config, cache, suite.test, settings.max_new_tokens, settings.seed))
+        if config.rule != "lossless":
+            rows[name]["rule"] = f"{config.rule} {config.leniency:g}"
+    return report_.report(rows, tuning, references, settings, suite, verifier, steps_kinds)
+
+
+def tune(settings, say=None) -> dict:
+    """`specdiff bench tune`: the tuning alone, on the suite's validation prompts."""
+    references = drafter_references(settings)
+    cache, verifier, suite = _setup(settings)
+    return tuner.tune(references, settings, suite, cache, verifier, say)
+
+
+def drafter_references(settings) -> dict[str, str]:
+    """{kind: drafter reference} of `always_drafters` and then `drafters` (the user's or the preset's). A user's
+    drafter replaces an always-measured one of its kind and is refused when it does not fit the verifier or
+    names a kind twice; a preset's default that does not fit is skipped; a zoo model without weights is refused
+    (naming `specdiff zoo train NAME`) before anything runs."""
+    from specdiff.models import check_pair, for_verifier, require_weights, resolve
+
+    references, given = {}, set()
+    entries = [(value, False) for value in settings.always_drafters]
+    entries += [(value, "drafters" in settings.user_set) for value in settings.drafters or []]
+    for value, users in entries:
+        for name in (part.strip() for part in str(value).split(",") if part.strip()):
+            try:
+                check_pair(for_verifier(name, settings.verifier), settings.verifier)
+                kind, reference = resolve(name, settings.verifier)
+                check_pair(reference, settings.verifier)
+            except ValueError:
+                if users or name in settings.always_drafters:
+                    raise
+                continue
+            if kind in given:
+                raise ValueError(f"--drafters names the {kind} drafter twice")
+            if users:
+                given.add(kind)
+            elif kind in references:
+                continue
+            references[kind] = reference
+    if not references:
+        raise ValueError("--drafters names no drafter")
+    for reference in references.values():
+        require_weights(reference)
+    return references
+
+
+def assistant_reference(settings, references: dict) -> str | None:
+    """`hf_assistant`, or by default the verifier's AR drafter (the kind that can verify) where one fits."""
+    from specdiff.drafters import registry
+    from specdiff.models import check_pair, for_verifier, resolve
+
+    if settings.hf_assistant == "none":
+        return None
+    if settings.hf_assistant is not None:
+        return settings.hf_assistant
+    kind = next(spec.name for spec in registry.specs() if spec.can_verify)
+    try:
+        check_pair(for_verifier(kind, settings.verifier), settings.verifier)
+        return resolve(kind, settings.verifier)[1]
+    except ValueError:
+        return None
+
+
+def load_assistant(reference: str, verifier, cache):
+    """A full-vocabulary causal LM for transformers' assisted generation (a distilled AR drafter is completed with
+    the verifier's embeddings); refused when it is not a causal LM or its vocabulary is not the verifier's."""
+    from specdiff import models
+    from specdiff.zoo import distilled
+
+    folder = distilled.folder(reference)
+    if folder is not None:
+        model, config, d2t = distilled.build(folder, verifier.model, getattr(verifier, "name", None))
+        if d2t is not None:
+            raise ValueError(f"--hf-assistant {reference}: a drafter with a reduced draft vocabulary cannot be "
+                             "transformers' assistant (it takes a full-vocabulary causal LM)")
+    elif not models.kind_spec(reference).can_verify:
+        raise ValueError(f"--hf-assistant {reference}: transformers' assisted generation needs a causal LM")
+    else:
+        model = cache.get(reference, "drafter").model
+    if int(model.config.vocab_size) != verifier.vocab_size:
+        raise ValueError(f"--hf-assistant {reference}: its vocabulary ({model.config.vocab_size} tokens) is not the "
+                         f"verifier's ({verifier.vocab_size}); assisted generation here takes a full-vocabulary "
+                         "drafter of the same tokenizer")
+    return model.to(verifier.device)
+
+
+def estimate(settings, references: dict, suite, verifier, tuned: bool = False) -> str:
+    """About how long the run takes: its generated tokens (every candidate and row at its max new tokens) at the
+    speed of the verifier's plain decoding, timed now on the first measured prompt (speculative rows are faster)."""
+    import time
+
+    prompt = suite.test[0]
+    method = rows_.plain(verifier)
+    method.call([prompt], 4, settings.seed)
+    start = time.perf_counter()
+    made = len(method.call([prompt], 16, settings.seed)[0]["ids"])
+    per_token = (time.perf_counter() - start) / max(made, 1)
+    candidates = sum(len(tuner.candidates(kind, ref, settings)) for kind, ref in references.items())
+    candidates += len(settings.hf_lookup_tokens)
+    controlled = [kind for kind in references if not settings.controlled_kinds
+                  or settings.controlled_kinds in _spec(kind).effort]
+    adaptive = sum(len(tuner.controllers_of(settings, kind, i)) for i, kind in enumerate(references) if kind in controlled)
+    stepped = sum("steps" in _spec(kind).effort for kind in references)
+    tune_tokens = 0 if tuned else ((candidates + 2 * adaptive) * suite.validation_size * settings.tune_repeats
+                                   * (settings.tune_max_new_tokens or settings.max_new_tokens))
+    rows = (4 + len(references) + len(controlled) + len(settings.batch_sizes)
+            + stepped * (len(settings.tradeoff_steps) + 2 * len(settings.leniency)))
+    n = len(suite.test)
+    test_tokens = rows * n * (settings.repeats + 0.2) * settings.max_new_tokens
+    minutes = (tune_tokens + test_tokens) * per_token / 60
+    return (f"about {minutes:.0f} min: {'no tuning (a tuning file)' if tuned else f'{candidates} tuning candidates'}"
+            f" on {suite.validation_size} validation prompts, about {rows} rows on {n} test prompts x "
+            f"{settings.repeats} repeats, at plain decoding's {1000 * per_token:.0f} ms/token (an upper bound)")
+
+
+def _setup(settings):
+    import torch
+
+    from specdiff.models import ModelCache
+    from specdiff.runs.model_cache import quiet_transformers
+
+    quiet_transformers()
+    torch.set_num_threads(settings.threads)
+    cache = ModelCache()
+    verifier = cache.get(settings.verifier, "verifier", **settings.sampling)
+    return cache, verifier, suites.suite(settings, cache.tokenizer(settings.verifier))
+
+
+def _spec(kind: str):
+    from specdiff.drafters import registry
+
+    return registry.get(kind)

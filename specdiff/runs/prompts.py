@@ -1,0 +1,61 @@
+"""Prompt files as token ids: the shipped real-prompt files and any JSONL prompts file (`eval.tasks.prompts`).
+
+Terms:
+- Prompt: one prompt's token ids (a conversation through the tokenizer's chat template with the assistant's
+  turn opened; a raw prompt as it is), its "kind" (the JSONL "kind" key, "" when absent), its line index in
+  its file, the file, and the reference answer where one is known (`target`; None for prompt files);
+- VALIDATION_FILE: prompts for tuning only, never a measured set; TEST_FILE: the held-out prompts measured by
+  default (chat, code, math, summarisation and rewriting; disjoint from each other and from training data).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+DATA = Path(__file__).resolve().parents[1] / "eval" / "tasks" / "data"
+VALIDATION_FILE = DATA / "real_validation.jsonl"  # tuning only: never a measured set
+TEST_FILE = DATA / "real_test.jsonl"  # the held-out prompts the docs' figures are measured on
+
+
+@dataclass
+class Prompt:
+    ids: list[int]  # through the chat template, the assistant's turn opened
+    kind: str  # the JSONL "kind" ("" when absent)
+    index: int  # line order in its file (after first_problem)
+    source: str  # the file it was read from
+    target: str | None = None  # the reference answer, where the task scores answers
+
+
+def read_prompts(path, tokenizer, first: int = 0, n: int | None = None) -> list[Prompt]:
+    """Prompts [first, first + n) of a prompts JSONL file, as token ids."""
+    from specdiff.engine.generate import chat_ids
+    from specdiff.eval.tasks import prompts as prompts_task
+
+    problems = prompts_task.read(path)[first:]
+    problems = problems if n is None else problems[:n]
+    if not problems:
+        raise ValueError(f"{path}: no prompts from prompt {first} on")
+    out = []
+    for index, problem in enumerate(problems, first):
+        if prompts_task.is_conversation(problem):
+            ids = chat_ids(tokenizer, list(problem.meta["messages"]), index)
+        else:
+            ids = list(tokenizer(problem.question).input_ids)
+        out.append(Prompt(ids=ids, kind=str(problem.meta.get("kind", "")), index=index, source=str(path)))
+    return out
+
+
+def validation_prompts(tokenizer, n: int | None = None) -> list[Prompt]:
+    """The shipped validation prompts: the only prompts a prompt-file tuning ever reads."""
+    return read_prompts(VALIDATION_FILE, tokenizer, 0, n)
+
+
+def check_prompts_file(path) -> Path:
+    """The measured prompts file (default TEST_FILE); the validation file is refused (it is tuned on)."""
+    path = Path(path) if path is not None else TEST_FILE
+    if not path.is_file():
+        raise ValueError(f"--prompts-file {str(path)!r} does not exist")
+    if path.resolve() == VALIDATION_FILE.resolve():
+        raise ValueError(f"--prompts-file {path} is the bench's validation set, which it tunes on; measure on "
+                         f"other prompts (default {TEST_FILE.name})")
+    return path
