@@ -81,13 +81,13 @@ def test_block_cactus_reads_no_dense_block(inputs, monkeypatch):
 
 
 def test_block_cactus_peak_memory_is_within_four_times_the_inputs():
-    """Measured in a fresh process (specdiff.commands.bench_verify_cactus): before the rewrite, ~40x here."""
+    """Measured in a fresh process (specdiff.bench.verify_cactus): before the rewrite, ~40x here."""
     pytest.importorskip("resource")
     from pathlib import Path
 
     if not Path("/proc/self/clear_refs").exists():
         pytest.skip("needs Linux /proc")
-    from specdiff.commands.bench_verify_cactus import measure
+    from specdiff.bench.verify_cactus import measure
 
     result = measure(batch=2, vocab=1 << 18, block_len=4, repeats=1)
     assert result["memory_ratio"] <= 4.0, result

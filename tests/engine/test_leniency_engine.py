@@ -278,7 +278,7 @@ def test_bench_leniency_refuses_a_threshold_outside_the_unit_interval(capsys):
 def test_bench_leniency_pools_repeats_per_problem_for_points_and_intervals():
     from argparse import Namespace
 
-    from specdiff.commands.bench_leniency import _report
+    from specdiff.bench.leniency import _report
 
     costs = {"verifier": {"per_forward_ms": 10.0, "per_token_ms": 0.0}}
 

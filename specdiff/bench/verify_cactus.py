@@ -5,7 +5,7 @@ Block verification with Cactus verifies against C, the distribution token-level 
 only the positions up to each row's first rejection. The target (issue 11): block at most 5x the
 time of token on the same inputs, and a peak memory within 4x the input tensors.
 
-    from specdiff.commands.bench_verify_cactus import measure
+    from specdiff.bench.verify_cactus import measure
     measure(batch=8, vocab=151_936, block_len=16)          # {"time_ratio": ..., "memory_ratio": ...}
 
 Inputs are those of `specdiff bench verify`: float32 logits, target 3 N(0, 1), draft = target +
@@ -95,7 +95,7 @@ def measure(batch: int = 8, vocab: int = 151_936, block_len: int = 16, delta: fl
               "token_cactus_s": times["token"], "block_cactus_s": times["block"],
               "time_ratio": times["block"] / times["token"]}
     if memory:
-        code = ("import json, sys, torch; from specdiff.commands.bench_verify_cactus import peak_extra_bytes; "
+        code = ("import json, sys, torch; from specdiff.bench.verify_cactus import peak_extra_bytes; "
                 f"torch.set_num_threads({torch.get_num_threads()}); "
                 f"print(json.dumps(peak_extra_bytes({batch}, {vocab}, {block_len}, {delta}, {seed})))")
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -106,6 +106,6 @@ def measure(batch: int = 8, vocab: int = 151_936, block_len: int = 16, delta: fl
     return result
 
 
-if __name__ == "__main__":  # python -m specdiff.commands.bench_verify_cactus [batch vocab block]
+if __name__ == "__main__":  # python -m specdiff.bench.verify_cactus [batch vocab block]
     sizes = [int(x) for x in sys.argv[1:4]] or [8, 151_936, 16]
     print(json.dumps(measure(*sizes), indent=1))
