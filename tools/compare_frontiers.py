@@ -2,7 +2,7 @@
 in one figure (accuracy against latency and against throughput) and one JSON, each store's frontier
 and the frontier of their union with its hypervolume share per store (same reference point for all).
 
-    python scripts/compare_frontiers.py docs/results/frontier/masked_linear.sqlite docs/results/frontier/block_linear.sqlite \
+    python tools/compare_frontiers.py docs/results/frontier/masked_linear.sqlite docs/results/frontier/block_linear.sqlite \
         --only-block-size 8 --plot docs/results/frontier/block_vs_masked.png > docs/results/frontier/block_vs_masked.json
 
 `--only-block-size B` keeps the configurations at draft length B (the block drafter is trained for B = 8).

@@ -1,7 +1,7 @@
 """docs/vllm.md's measured tables from a record of the vLLM test suite.
 
     SPECDIFF_VLLM_RECORD=docs/results/vllm/tests_record.jsonl python -m pytest tests/vllm   # writes the record
-    python scripts/vllm_tables.py docs/results/vllm/tests_record.jsonl                     # prints the tables
+    python tools/vllm_tables.py docs/results/vllm/tests_record.jsonl                     # prints the tables
 
 Table 1: per-position acceptance (position 1, position 2) of each rule in vLLM, the enumerated chain and
 specdiff's engine, with the TV of vLLM's emitted sequences to the exact law (chi-square p). Table 2: the

@@ -13,8 +13,8 @@ rounds and tokens per round) and prices them with the per-round profile of the q
 With `--verify-ms-per-token S` the verifier's forward also costs S ms per token scored beyond the profile's
 (B + 1 at its K, B): docs/engine.md's isolated timings give about (2.6 - 2.3) / 8 = 0.04 ms.
 
-    nice -n 10 python scripts/price_adaptive.py --out docs/results/adaptive/priced.json
-    python scripts/price_adaptive.py --table docs/results/adaptive/priced.json     # its markdown table, no run
+    nice -n 10 python tools/price_adaptive.py --out docs/results/adaptive/priced.json
+    python tools/price_adaptive.py --table docs/results/adaptive/priced.json     # its markdown table, no run
 
 It counts on two problem sets by default: test problems 0-59 with seed 0 (the set of the first table) and
 test problems 100-159 with seed 11 (the re-measure's set). The tuning saw neither: it ran on 20
@@ -130,7 +130,7 @@ def main(argv=None) -> int:
     quiet_transformers()
     torch.set_num_threads(args.threads)
     cache, c = ModelCache(), costs(args.verify_ms_per_token)
-    result = {"command": "python scripts/price_adaptive.py " + " ".join(sys.argv[1:] if argv is None else argv),
+    result = {"command": "python tools/price_adaptive.py " + " ".join(sys.argv[1:] if argv is None else argv),
               "costs": c, "max_new_tokens": args.max_new_tokens, "sets": []}
     start = time.perf_counter()
     for spec in args.sets:

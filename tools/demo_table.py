@@ -1,8 +1,8 @@
 """The demo table of docs/engine.md, generated from a committed `specdiff demo --json` file.
 
     specdiff demo --json --plot docs/results/demo/demo_frontier.png > docs/results/demo/demo.json
-    python scripts/demo_table.py docs/results/demo/demo.json                      # prints the markdown table
-    python scripts/demo_table.py docs/results/demo/demo.json --update docs/engine.md
+    python tools/demo_table.py docs/results/demo/demo.json                      # prints the markdown table
+    python tools/demo_table.py docs/results/demo/demo.json --update docs/engine.md
 
 With --update the table replaces what stands between the lines `<!-- demo_table.py: begin -->` and
 `<!-- demo_table.py: end -->` of that file, so that the doc's table is always the JSON's.

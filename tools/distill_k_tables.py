@@ -1,7 +1,7 @@
 """Markdown tables of a real-verifier bench report's tradeoff keys (issue 32; docs/distill.md), from the file the
 bench wrote (progress lines, then the JSON report):
 
-    python scripts/distill_k_tables.py docs/results/distill/k/bench_sampled_test0-9_seed0.json
+    python tools/distill_k_tables.py docs/results/distill/k/bench_sampled_test0-9_seed0.json
 """
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ The test config is the validation config with split = "test", --problems problem
 run seed given, and one single-point [grid.NAME] per chosen configuration. A JSON of the choice (what
 each configuration was chosen as, with its validation figures) is written beside it.
 
-    PYTHONPATH=. python scripts/leniency_heldout.py docs/results/leniency/masked_validation.sqlite \
+    PYTHONPATH=. python tools/leniency_heldout.py docs/results/leniency/masked_validation.sqlite \
         --costs docs/results/leniency/call_costs_masked.json --out docs/results/leniency/masked_test.toml
     specdiff sweep docs/results/leniency/masked_test.toml --store docs/results/leniency/masked_test.sqlite
     specdiff frontier docs/results/leniency/masked_test.sqlite --cost calls \
@@ -72,7 +72,7 @@ def test_config(source: str, chosen: list[dict], problems: int, task_seed: int, 
 
     settings = tomllib.loads(source)
     lines = [f"# Issue 22, item 4: settings chosen on {origin} (validation), measured once on test problems.",
-             "# Written by scripts/leniency_heldout.py; do not tune on this store.", "",
+             "# Written by tools/leniency_heldout.py; do not tune on this store.", "",
              "[models]", *(f'{k} = "{v}"' for k, v in settings["models"].items()), "",
              "[task]", f'name = "{settings["task"]["name"]}"', f"problems = {problems}",
              f'max_new_tokens = {settings["task"].get("max_new_tokens", 96)}', "",
