@@ -12,6 +12,7 @@ DDPM timed in the same loop.
         --out docs/results/continuous/frozen_vs_free_interleaved.json
     nice -n 10 python tools/frozen_vs_free_interleaved.py --steps 1000 --methods R D B --num-timing 12 \\
         --append --out docs/results/continuous/frozen_vs_free_interleaved.json
+    python tools/frozen_vs_free_interleaved.py --table docs/results/continuous/frozen_vs_free_interleaved.json --check docs/continuous.md   # or --update: its block of the doc
     python tools/frozen_vs_free_interleaved.py --table docs/results/continuous/frozen_vs_free_interleaved.json
 
 One torch thread, eager UNet (the bench's defaults), churn 1.0 and gamma = 7 (the second paper's
@@ -144,12 +145,17 @@ def main(argv=None) -> int:
     parser.add_argument("--model-call", choices=["eager", "traced"], default="eager")
     parser.add_argument("--out", type=Path, help="the JSON (written after every K)")
     parser.add_argument("--table", type=Path, help="print the markdown table of this JSON (runs nothing)")
+    parser.add_argument("--update", type=Path, help="with --table: write the table into this markdown file's block")
+    parser.add_argument("--check", type=Path, help="with --table: compare this markdown file's block (exit 1 if it differs)")
     parser.add_argument("--append", action="store_true",
                         help="add these K to the runs already in --out (each run keeps its own command and settings)")
     args = parser.parse_args(argv)
     if args.table:
-        sys.stdout.write(markdown(json.loads(args.table.read_text())))
-        return 0
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import doc_blocks
+
+        return doc_blocks.write_or_check(args.check or args.update, "frozen_vs_free_interleaved.py", markdown(json.loads(args.table.read_text())),
+                                         args.check is not None, args.update is not None)
     if args.out is None:
         parser.error("--out is required to run")
     torch.set_num_threads(args.threads)

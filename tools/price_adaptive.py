@@ -14,6 +14,7 @@ With `--verify-ms-per-token S` the verifier's forward also costs S ms per token 
 (B + 1 at its K, B): docs/engine.md's isolated timings give about (2.6 - 2.3) / 8 = 0.04 ms.
 
     nice -n 10 python tools/price_adaptive.py --out docs/results/adaptive/priced.json
+    python tools/price_adaptive.py --table docs/results/adaptive/priced.json --check docs/adaptive.md   # or --update: its block of the doc
     python tools/price_adaptive.py --table docs/results/adaptive/priced.json     # its markdown table, no run
 
 It counts on two problem sets by default: test problems 0-59 with seed 0 (the set of the first table) and
@@ -116,10 +117,15 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", type=Path, help="write the JSON here")
     parser.add_argument("--table", type=Path, help="print the markdown table of this JSON (runs nothing)")
+    parser.add_argument("--update", type=Path, help="with --table: write the table into this markdown file's block")
+    parser.add_argument("--check", type=Path, help="with --table: compare this markdown file's block (exit 1 if it differs)")
     args = parser.parse_args(argv)
     if args.table:
-        sys.stdout.write(markdown(json.loads(args.table.read_text())))
-        return 0
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import doc_blocks
+
+        return doc_blocks.write_or_check(args.check or args.update, "price_adaptive.py", markdown(json.loads(args.table.read_text())),
+                                         args.check is not None, args.update is not None)
     if args.out is None:
         parser.error("--out is required to run")
     import torch
