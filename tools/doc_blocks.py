@@ -5,8 +5,11 @@ differs from what the generator would write (tests/test_tools_check.py runs ever
 """
 from __future__ import annotations
 
+import contextlib
 import difflib
+import lzma
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -69,3 +72,44 @@ def write_or_check(doc: Path, name: str, text: str, check: bool, update_doc: boo
         return 0
     sys.stdout.write(text)
     return 0
+
+
+@contextlib.contextmanager
+def readable_store(path):
+    """A committed SQLite store by its documented name: `X.sqlite` itself when decompressed, else a temporary
+    copy of the committed `X.sqlite.xz` (removed afterwards), so that a check needs no `xz -dk` first."""
+    path = Path(path)
+    packed = path.with_name(path.name + ".xz")
+    if path.is_file() or not packed.is_file():
+        yield path
+        return
+    with tempfile.TemporaryDirectory() as folder:
+        copy = Path(folder) / path.name
+        copy.write_bytes(lzma.decompress(packed.read_bytes()))
+        yield copy
+
+
+def check_figure(path: Path, data: bytes) -> int:
+    """A generated PNG against the committed one, byte for byte when both were drawn by this matplotlib version
+    (its `Software` text chunk); drawn by another version, the pixels may differ by rasterisation alone, so a
+    difference is reported and not counted (regenerate the figure with --update to compare again)."""
+    path = Path(path)
+    committed = path.read_bytes() if path.is_file() else b""
+    if committed == data:
+        print(f"{path}: up to date")
+        return 0
+    mine, theirs = _software(data), _software(committed)
+    if committed and mine != theirs:
+        print(f"{path}: differs, but it was drawn by {theirs or 'an unknown writer'} and this is {mine}: not compared")
+        return 0
+    print(f"{path}: differs from what the generator draws", file=sys.stderr)
+    return 1
+
+
+def _software(png: bytes) -> str | None:
+    """The `Software` tEXt chunk of a PNG (matplotlib writes its version there)."""
+    at = png.find(b"tEXtSoftware\x00")
+    if at < 0:
+        return None
+    length = int.from_bytes(png[at - 4:at], "big")
+    return png[at + 13:at + 4 + length].decode("latin-1")
