@@ -2,7 +2,7 @@
 
 `lint-imports` must pass on the tree; the same contracts must fail on a copy of the tree with one
 climbing import added (the linter is live, not a contract that cannot break); and no module imports
-from a layer above it (scripts/import_climbs.py).
+from a layer above it (tools/import_climbs.py).
 """
 import json
 import os
@@ -53,7 +53,7 @@ def test_a_climbing_import_breaks_a_contract(tmp_path, module, line, contract):
 
 
 def test_no_module_imports_from_a_layer_above_it():
-    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "import_climbs.py"), "--root", str(ROOT)],
+    out = subprocess.run([sys.executable, str(ROOT / "tools" / "import_climbs.py"), "--root", str(ROOT)],
                          capture_output=True, text=True, check=True, timeout=300)
     result = json.loads(out.stdout)
     assert result["imports"] > 150  # the graph was really read

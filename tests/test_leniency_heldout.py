@@ -1,11 +1,11 @@
-"""scripts/leniency_heldout.py (issue 22, item 4): what it chooses on a validation store, and that the
+"""tools/leniency_heldout.py (issue 22, item 4): what it chooses on a validation store, and that the
 test config it writes measures exactly those settings."""
 import importlib.util
 from pathlib import Path
 
 from specdiff.runs.sweep_config import load_config
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "leniency_heldout.py"
+SCRIPT = Path(__file__).resolve().parents[1] / "tools" / "leniency_heldout.py"
 spec = importlib.util.spec_from_file_location("leniency_heldout", SCRIPT)
 heldout = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(heldout)

@@ -1,6 +1,6 @@
 """A drafter on its own: block after block, every drafted token kept (no verifier), until EOS or a
 token limit. This is how a diffusion drafter's standalone accuracy is measured (`specdiff zoo eval`,
-scripts/drafter_standalone.py). Not for DFlash, which reads the verifier's hidden states."""
+tools/drafter_standalone.py). Not for DFlash, which reads the verifier's hidden states."""
 from __future__ import annotations
 
 import torch

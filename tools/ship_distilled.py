@@ -2,7 +2,7 @@
 config.json, model.safetensors, draft_vocab.json (DFlash, masked) and training.json into
 specdiff/zoo/distilled/NAME and records the weights' and index's sha256 in the manifest there.
 
-    python scripts/ship_distilled.py runs/distill/dflash smollm2-135m-instruct-dflash
+    python tools/ship_distilled.py runs/distill/dflash smollm2-135m-instruct-dflash
 """
 from __future__ import annotations
 

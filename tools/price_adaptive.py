@@ -13,8 +13,9 @@ rounds and tokens per round) and prices them with the per-round profile of the q
 With `--verify-ms-per-token S` the verifier's forward also costs S ms per token scored beyond the profile's
 (B + 1 at its K, B): docs/engine.md's isolated timings give about (2.6 - 2.3) / 8 = 0.04 ms.
 
-    nice -n 10 python scripts/price_adaptive.py --out docs/results/adaptive/priced.json
-    python scripts/price_adaptive.py --table docs/results/adaptive/priced.json     # its markdown table, no run
+    nice -n 10 python tools/price_adaptive.py --out docs/results/adaptive/priced.json
+    python tools/price_adaptive.py --table docs/results/adaptive/priced.json --check docs/adaptive.md   # or --update: its block of the doc
+    python tools/price_adaptive.py --table docs/results/adaptive/priced.json     # its markdown table, no run
 
 It counts on two problem sets by default: test problems 0-59 with seed 0 (the set of the first table) and
 test problems 100-159 with seed 11 (the re-measure's set). The tuning saw neither: it ran on 20
@@ -116,10 +117,15 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", type=Path, help="write the JSON here")
     parser.add_argument("--table", type=Path, help="print the markdown table of this JSON (runs nothing)")
+    parser.add_argument("--update", type=Path, help="with --table: write the table into this markdown file's block")
+    parser.add_argument("--check", type=Path, help="with --table: compare this markdown file's block (exit 1 if it differs)")
     args = parser.parse_args(argv)
     if args.table:
-        sys.stdout.write(markdown(json.loads(args.table.read_text())))
-        return 0
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import doc_blocks
+
+        return doc_blocks.write_or_check(args.check or args.update, "price_adaptive.py", markdown(json.loads(args.table.read_text())),
+                                         args.check is not None, args.update is not None)
     if args.out is None:
         parser.error("--out is required to run")
     import torch
@@ -130,7 +136,7 @@ def main(argv=None) -> int:
     quiet_transformers()
     torch.set_num_threads(args.threads)
     cache, c = ModelCache(), costs(args.verify_ms_per_token)
-    result = {"command": "python scripts/price_adaptive.py " + " ".join(sys.argv[1:] if argv is None else argv),
+    result = {"command": "python tools/price_adaptive.py " + " ".join(sys.argv[1:] if argv is None else argv),
               "costs": c, "max_new_tokens": args.max_new_tokens, "sets": []}
     start = time.perf_counter()
     for spec in args.sets:

@@ -18,7 +18,7 @@ is wrong (usually a wrong digit), and accepting it is an error. So the share of 
 positions bounds what any such rule can take back, and `rescued_share` shows how much of that share
 each rule reaches.
 
-    PYTHONPATH=. python scripts/rejection_ceiling.py --problems 60 --steps 4 --block-size 16 \
+    PYTHONPATH=. python tools/rejection_ceiling.py --problems 60 --steps 4 --block-size 16 \
         > docs/results/leniency/rejection_ceiling.json
 
 The measurement hooks `specdiff.engine.generate.verify` in this process only: the engine is not changed.

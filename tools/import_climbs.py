@@ -1,6 +1,6 @@
 """Counts the imports that climb the layers of docs/architecture.md (Layout) in a specdiff source tree.
 
-    python scripts/import_climbs.py [--root DIR] [--list]
+    python tools/import_climbs.py [--root DIR] [--list]
 
 A climb is an import (at module level or inside a function; TYPE_CHECKING-only imports excluded) from
 a module in a lower layer of a module in a higher one. Layers, bottom up, by top-level name:
@@ -8,7 +8,7 @@ a module in a lower layer of a module in a higher one. Layers, bottom up, by top
 7 zoo_tools, 8 commands and integrations. A module is placed by where it lives in that tree, so in
 an old tree `zoo/train.py` counts as the zoo and `engine/runs.py` as the engine. Also counted: imports
 across the two halves (continuous <-> discrete) and from eval/ into any feature package. Prints JSON.
-Run it on an old commit with `git worktree add /tmp/old COMMIT && python scripts/import_climbs.py --root /tmp/old`.
+Run it on an old commit with `git worktree add /tmp/old COMMIT && python tools/import_climbs.py --root /tmp/old`.
 """
 from __future__ import annotations
 

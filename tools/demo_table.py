@@ -1,8 +1,9 @@
 """The demo table of docs/engine.md, generated from a committed `specdiff demo --json` file.
 
     specdiff demo --json --plot docs/results/demo/demo_frontier.png > docs/results/demo/demo.json
-    python scripts/demo_table.py docs/results/demo/demo.json                      # prints the markdown table
-    python scripts/demo_table.py docs/results/demo/demo.json --update docs/engine.md
+    python tools/demo_table.py docs/results/demo/demo.json                      # prints the markdown table
+    python tools/demo_table.py docs/results/demo/demo.json --update docs/engine.md
+    python tools/demo_table.py docs/results/demo/demo.json --check docs/engine.md   # exit 1 if the doc differs
 
 With --update the table replaces what stands between the lines `<!-- demo_table.py: begin -->` and
 `<!-- demo_table.py: end -->` of that file, so that the doc's table is always the JSON's.
@@ -14,7 +15,10 @@ import json
 import sys
 from pathlib import Path
 
-BEGIN, END = "<!-- demo_table.py: begin -->", "<!-- demo_table.py: end -->"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import doc_blocks  # noqa: E402
+
+BLOCK = "demo_table.py"
 
 
 def table(result: dict) -> str:
@@ -33,28 +37,18 @@ def table(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def update(path: Path, text: str) -> None:
-    doc = path.read_text()
-    if BEGIN not in doc or END not in doc:
-        raise SystemExit(f"{path} has no {BEGIN} ... {END} block to replace")
-    head, rest = doc.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    path.write_text(f"{head}{BEGIN}\n{text}{END}{tail}")
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("demo_json", type=Path)
     parser.add_argument("--update", type=Path, help="a markdown file whose demo_table.py block is replaced")
+    parser.add_argument("--check", type=Path, help="a markdown file whose demo_table.py block is compared (exit 1 "
+                        "when it differs)")
     args = parser.parse_args(argv)
     result = json.loads(args.demo_json.read_text())
     result.setdefault("source", str(args.demo_json))
     text = table(result)
-    if args.update:
-        update(args.update, text)
-    else:
-        sys.stdout.write(text)
-    return 0
+    return doc_blocks.write_or_check(args.check or args.update, BLOCK, text, args.check is not None,
+                                     args.update is not None)
 
 
 if __name__ == "__main__":

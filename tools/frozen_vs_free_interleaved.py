@@ -8,11 +8,12 @@ so that a drift in load favours neither). The figures are the raw seconds' media
 per-sample ratios Frozen / Free (each pair timed seconds apart) and each drafter's speedup over the
 DDPM timed in the same loop.
 
-    nice -n 10 python scripts/frozen_vs_free_interleaved.py --steps 250 --methods R D B --num-timing 24 \\
+    nice -n 10 python tools/frozen_vs_free_interleaved.py --steps 250 --methods R D B --num-timing 24 \\
         --out docs/results/continuous/frozen_vs_free_interleaved.json
-    nice -n 10 python scripts/frozen_vs_free_interleaved.py --steps 1000 --methods R D B --num-timing 12 \\
+    nice -n 10 python tools/frozen_vs_free_interleaved.py --steps 1000 --methods R D B --num-timing 12 \\
         --append --out docs/results/continuous/frozen_vs_free_interleaved.json
-    python scripts/frozen_vs_free_interleaved.py --table docs/results/continuous/frozen_vs_free_interleaved.json
+    python tools/frozen_vs_free_interleaved.py --table docs/results/continuous/frozen_vs_free_interleaved.json --check docs/continuous.md   # or --update: its block of the doc
+    python tools/frozen_vs_free_interleaved.py --table docs/results/continuous/frozen_vs_free_interleaved.json
 
 One torch thread, eager UNet (the bench's defaults), churn 1.0 and gamma = 7 (the second paper's
 Table 4). Writes the JSON after every K, so that an interrupted run keeps what it measured; `--append`
@@ -144,17 +145,22 @@ def main(argv=None) -> int:
     parser.add_argument("--model-call", choices=["eager", "traced"], default="eager")
     parser.add_argument("--out", type=Path, help="the JSON (written after every K)")
     parser.add_argument("--table", type=Path, help="print the markdown table of this JSON (runs nothing)")
+    parser.add_argument("--update", type=Path, help="with --table: write the table into this markdown file's block")
+    parser.add_argument("--check", type=Path, help="with --table: compare this markdown file's block (exit 1 if it differs)")
     parser.add_argument("--append", action="store_true",
                         help="add these K to the runs already in --out (each run keeps its own command and settings)")
     args = parser.parse_args(argv)
     if args.table:
-        sys.stdout.write(markdown(json.loads(args.table.read_text())))
-        return 0
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import doc_blocks
+
+        return doc_blocks.write_or_check(args.check or args.update, "frozen_vs_free_interleaved.py", markdown(json.loads(args.table.read_text())),
+                                         args.check is not None, args.update is not None)
     if args.out is None:
         parser.error("--out is required to run")
     torch.set_num_threads(args.threads)
     config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
-    run = {"command": "python scripts/frozen_vs_free_interleaved.py " + " ".join(argv or sys.argv[1:]),
+    run = {"command": "python tools/frozen_vs_free_interleaved.py " + " ".join(argv or sys.argv[1:]),
            "config": config, "started_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
            "load_average_at_start": os.getloadavg(), "steps": []}
     runs = json.loads(args.out.read_text())["runs"] if args.append and args.out.exists() else []

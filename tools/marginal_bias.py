@@ -8,8 +8,8 @@ drafter in point-mass mode (exact) each draw `--rows` samples per
 prompt in one batched call; the script prints the total variation of each to the exact
 distribution and a chi-square p-value, as JSON.
 
-    python scripts/marginal_bias.py --rows 4000 --prompts 4 > docs/results/engine/engine_marginal_bias_t02.json
-    python scripts/marginal_bias.py --drafter uniform-drafter --steps 4 > docs/results/engine/engine_marginal_bias_uniform.json
+    python tools/marginal_bias.py --rows 4000 --prompts 4 > docs/results/engine/engine_marginal_bias_t02.json
+    python tools/marginal_bias.py --drafter uniform-drafter --steps 4 > docs/results/engine/engine_marginal_bias_uniform.json
 """
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ block, every drafted token kept (no verifier), until EOS or the canvas limit
 (`specdiff.drafters.standalone`; `specdiff zoo eval` reports it for shipped drafters). For a trained
 zoo drafter before it ships:
 
-    python scripts/drafter_standalone.py runs/zoo/block-drafter/model --steps 4 --block 8 -n 200
+    python tools/drafter_standalone.py runs/zoo/block-drafter/model --steps 4 --block 8 -n 200
 """
 from __future__ import annotations
 

@@ -14,8 +14,10 @@ The test config is the validation config with split = "test", --problems problem
 run seed given, and one single-point [grid.NAME] per chosen configuration. A JSON of the choice (what
 each configuration was chosen as, with its validation figures) is written beside it.
 
-    PYTHONPATH=. python scripts/leniency_heldout.py docs/results/leniency/masked_validation.sqlite \
+    PYTHONPATH=. python tools/leniency_heldout.py docs/results/leniency/masked_validation.sqlite \
         --costs docs/results/leniency/call_costs_masked.json --out docs/results/leniency/masked_test.toml
+    PYTHONPATH=. python tools/leniency_heldout.py docs/results/leniency/masked_validation.sqlite \
+        --costs docs/results/leniency/call_costs_masked.json --out docs/results/leniency/masked_test.toml --check
     specdiff sweep docs/results/leniency/masked_test.toml --store docs/results/leniency/masked_test.sqlite
     specdiff frontier docs/results/leniency/masked_test.sqlite --cost calls \
         --costs docs/results/leniency/call_costs_masked.json --honest --json
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -72,7 +75,7 @@ def test_config(source: str, chosen: list[dict], problems: int, task_seed: int, 
 
     settings = tomllib.loads(source)
     lines = [f"# Issue 22, item 4: settings chosen on {origin} (validation), measured once on test problems.",
-             "# Written by scripts/leniency_heldout.py; do not tune on this store.", "",
+             "# Written by tools/leniency_heldout.py; do not tune on this store.", "",
              "[models]", *(f'{k} = "{v}"' for k, v in settings["models"].items()), "",
              "[task]", f'name = "{settings["task"]["name"]}"', f"problems = {problems}",
              f'max_new_tokens = {settings["task"].get("max_new_tokens", 96)}', "",
@@ -99,7 +102,7 @@ def test_config(source: str, chosen: list[dict], problems: int, task_seed: int, 
     return "\n".join(lines) + "\n"
 
 
-def main() -> None:
+def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("store", help="the validation sweep store")
     parser.add_argument("--out", required=True, help="the test sweep config to write")
@@ -108,9 +111,16 @@ def main() -> None:
     parser.add_argument("--task-seed", type=int, default=0, help="the test stream's seed (other problems)")
     parser.add_argument("--run-seed", type=int, default=0, help="the draws' seed")
     parser.add_argument("--loss", type=float, default=0.01, help="accuracy loss allowed on validation")
-    args = parser.parse_args()
-    costs = call_costs(args.store, args.costs)
-    _, sweep = compute(args.store, costs=costs)
+    parser.add_argument("--check", action="store_true",
+                        help="write nothing: compare --out and its .selection.json with what would be written (exit 1 "
+                             "if they differ)")
+    args = parser.parse_args(argv)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import doc_blocks
+
+    with doc_blocks.readable_store(args.store) as store:  # X.sqlite, or the committed X.sqlite.xz
+        costs = call_costs(str(store), args.costs)
+        _, sweep = compute(str(store), costs=costs)
     summaries = sweep["summaries"]
     if sweep["settings"]["task"]["options"].get("split") != "validation":
         raise SystemExit(f"{args.store} is not a validation sweep: refusing to tune on it")
@@ -118,13 +128,18 @@ def main() -> None:
     chosen = [dict(s, reasons=reasons[s["config_id"]]) for s in summaries if s["config_id"] in reasons]
     text = test_config(sweep["source"], chosen, args.problems,
                        args.task_seed, args.run_seed, Path(args.store).name)
-    Path(args.out).write_text(text)
     record = dict(validation_store=args.store, loss=args.loss, costs=args.costs or "the store's", chosen=[
         dict(name=s["name"], reasons=s["reasons"], validation_accuracy=s["accuracy"], n=s["n"],
              priced_throughput=s["throughput"], tokens_per_round=s.get("tokens_per_round"),
              tokens_per_call=_per_call(sweep["rows"], s["config_id"])) for s in chosen])
-    Path(args.out).with_suffix(".selection.json").write_text(json.dumps(record, indent=1) + "\n")
+    selection = json.dumps(record, indent=1) + "\n"
+    out, selection_path = Path(args.out), Path(args.out).with_suffix(".selection.json")
+    if args.check:
+        return max(doc_blocks.check_file(out, text), doc_blocks.check_file(selection_path, selection))
+    out.write_text(text)
+    selection_path.write_text(selection)
     print(text)
+    return 0
 
 
 def _per_call(rows: list[dict], config_id: str) -> float | None:
@@ -134,4 +149,4 @@ def _per_call(rows: list[dict], config_id: str) -> float | None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -2,8 +2,8 @@
 forwards over 1 to 128 tokens, interleaved medians, fitted as ms = per_forward + per_token * n. Prints the
 JSON that `specdiff frontier --cost calls --costs FILE` and `specdiff.eval.pricing` read.
 
-    python scripts/call_costs.py --drafter masked-drafter --repeats 21 > docs/results/leniency/call_costs_masked.json
-    python scripts/call_costs.py --drafter block-drafter --repeats 21 > docs/results/leniency/call_costs_block.json
+    python tools/call_costs.py --drafter masked-drafter --repeats 21 > docs/results/leniency/call_costs_masked.json
+    python tools/call_costs.py --drafter block-drafter --repeats 21 > docs/results/leniency/call_costs_block.json
 
 (`specdiff frontier STORE --cost calls` measures the same costs itself when its store has none, and keeps them
 in the store; this script writes them to a file, so that several stores are priced alike.)

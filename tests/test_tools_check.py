@@ -1,0 +1,57 @@
+"""Every generator of a committed table or figure runs here with --check (issue 39, item 6): it fails when the
+committed file (or the marked block of a doc) differs from what the generator would write. Generators that re-run
+experiments are not run: their check renders the table from the committed raw results. tools/README.md says
+what each tool is; scripts/ keeps only the CI helper and the device check.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+F, R = "docs/results/frontier", "docs/results/leniency"
+CHECKS = {  # what is checked: the command (run from the repository root)
+    "engine.md demo table": ["tools/demo_table.py", "docs/results/demo/demo.json", "--check", "docs/engine.md"],
+    "vllm.md tables": ["tools/vllm_tables.py", "docs/results/vllm/tests_record.jsonl", "--check", "docs/vllm.md"],
+    "adaptive.md priced table": ["tools/price_adaptive.py", "--table", "docs/results/adaptive/priced.json",
+                                 "--check", "docs/adaptive.md"],
+    "continuous.md interleaved table": ["tools/frozen_vs_free_interleaved.py", "--table",
+                                        "docs/results/continuous/frozen_vs_free_interleaved.json",
+                                        "--check", "docs/continuous.md"],
+    "distill.md K and leniency tables": ["tools/distill_k_tables.py",
+                                         "docs/results/distill/k/bench_sampled_test0-9_seed0.json",
+                                         "--check", "docs/distill.md"],
+    "block_vs_masked.json, .png": ["tools/compare_frontiers.py", f"{F}/masked_linear.sqlite", f"{F}/block_linear.sqlite",
+                                   "--only-block-size", "8", "--plot", f"{F}/block_vs_masked.png",
+                                   "--out", f"{F}/block_vs_masked.json", "--check"],
+    "drafters_frontier.json, .png": ["tools/compare_frontiers.py", f"{F}/masked_linear.sqlite", f"{F}/block_linear.sqlite",
+                                     f"{F}/dflash_linear.sqlite", "--only-block-size", "8",
+                                     "--plot", f"{F}/drafters_frontier.png", "--out", f"{F}/drafters_frontier.json",
+                                     "--check"],
+    **{f"{d}_test.toml, .selection.json": ["tools/leniency_heldout.py", f"{R}/{d}_validation.sqlite",
+                                           "--costs", f"{R}/call_costs_{d}.json", "--out", f"{R}/{d}_test.toml", "--check"]
+       for d in ("masked", "block")},
+}
+
+
+@pytest.mark.parametrize("what", list(CHECKS))
+def test_committed_output_is_what_its_generator_writes(what):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    out = subprocess.run([sys.executable, *CHECKS[what]], cwd=ROOT, capture_output=True, text=True, env=env)
+    assert out.returncode == 0, f"{what}: {' '.join(CHECKS[what])} --check failed\n{out.stdout}\n{out.stderr}"
+    assert "up to date" in out.stdout
+
+
+def test_scripts_keeps_only_the_ci_helper_and_the_device_checks():
+    allowed = {"vllm_env.sh", "continuous_device_check.py", "device_checks.py"}  # CI calls the first; docs cite the rest
+    assert {p.name for p in (ROOT / "scripts").iterdir()} - {"__pycache__"} <= allowed
+
+
+def test_every_tool_is_described_in_the_tools_readme():
+    readme = (ROOT / "tools" / "README.md").read_text()
+    missing = [p.name for p in (ROOT / "tools").glob("*.py") if f"`{p.name}`" not in readme]
+    assert not missing, f"tools/README.md does not describe {missing}"
