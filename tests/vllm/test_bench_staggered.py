@@ -1,15 +1,15 @@
 """`specdiff bench vllm --arrivals poisson`: how its two servers admit staggered requests.
 
-vLLM's continuous batching (arrivals.VllmServer, a real in-process engine with the plugin): two
+vLLM's continuous batching (staggered.VllmServer, a real in-process engine with the plugin): two
 requests arriving together, of 2 and 24 tokens, share the running batch and the short one returns
 first; a third, queued behind them at c = 2, joins as soon as the short one leaves, while the long one
 is still running, and returns before it. Those orders are counted in engine steps (the long request needs
 at least 8 steps of at most 3 tokens; the others finish within 4), not in seconds, so a faster machine
 cannot reorder them. specdiff's static batches
-(arrivals.StaticServer, its real SpeculativeGenerator): requests that arrive together leave together,
+(staggered.StaticServer, its real SpeculativeGenerator): requests that arrive together leave together,
 at the longest one's length, and one arriving meanwhile waits for the next batch; at c = 1 one at a time.
-Both run the bench's one arrival loop (`arrivals.serve_arrivals`), and the bench counts acceptance through the
-plugin's observers rather than patching vLLM a second time.
+Both run the bench's one arrival loop (`staggered.serve_arrivals`), and the bench counts acceptance through
+the plugin's observers rather than patching vLLM a second time.
 """
 from __future__ import annotations
 
@@ -25,7 +25,8 @@ pytest.importorskip("vllm.entrypoints.llm", reason="vLLM is not importable here:
 sys.path.insert(0, str(Path(__file__).parent))
 import tiny  # noqa: E402
 
-from specdiff.integrations.vllm import arrivals, hooks, state, v1  # noqa: E402
+from specdiff.integrations.vllm import arrivals as staggered  # noqa: E402
+from specdiff.integrations.vllm import hooks, state, v1  # noqa: E402
 
 PROMPTS = [[1, 2, 3, 0], [3, 1, 0, 2], [0, 1, 2, 3]]
 
@@ -63,7 +64,7 @@ def test_the_observer_does_not_patch_vllm():
 
     hooks.activate()
     before = rejection_sampler.rejection_sample
-    observer = arrivals.AcceptanceObserver()
+    observer = staggered.AcceptanceObserver()
     try:
         assert rejection_sampler.rejection_sample is before
         assert observer in state.OBSERVERS
@@ -74,7 +75,7 @@ def test_the_observer_does_not_patch_vllm():
 
 
 def test_one_arrival_loop_admits_at_most_c_in_flight():
-    """arrivals.serve_arrivals with a stand-in server: requests join in arrival order while fewer than c are in
+    """staggered.serve_arrivals with a stand-in server: requests join in arrival order while fewer than c are in
     flight, and each step returns the ones that finished."""
 
     class Server:
@@ -91,15 +92,15 @@ def test_one_arrival_loop_admits_at_most_c_in_flight():
             return done
 
     server = Server()
-    finish = arrivals.serve_arrivals(server, [[0]] * 5, [0.0, 0.0, 0.0, 0.0, 0.02], [1] * 5, concurrency=2)
+    finish = staggered.serve_arrivals(server, [[0]] * 5, [0.0, 0.0, 0.0, 0.0, 0.02], [1] * 5, concurrency=2)
     assert server.admitted == [0, 1, 2, 3, 4] and server.most == 2
     assert finish == sorted(finish) and finish[4] >= 0.02
 
 
 def test_quantile():
-    assert arrivals.quantile([1.0, 2.0, 3.0, 4.0], 0.5) == 2.5
-    assert arrivals.quantile([1.0, 2.0, 3.0, 4.0, 5.0], 0.9) == pytest.approx(4.6)
-    assert arrivals.quantile([7.0], 0.9) == 7.0
+    assert staggered.quantile([1.0, 2.0, 3.0, 4.0], 0.5) == 2.5
+    assert staggered.quantile([1.0, 2.0, 3.0, 4.0, 5.0], 0.9) == pytest.approx(4.6)
+    assert staggered.quantile([7.0], 0.9) == 7.0
 
 
 def test_static_batches_leave_together(pair):
@@ -107,7 +108,7 @@ def test_static_batches_leave_together(pair):
     from specdiff.models import load_model
 
     draft = load_model(str(pair[1]))[0]
-    server = arrivals.StaticServer(_args(), pair[0], lambda: sd.AutoregressiveDrafter(draft, temperature=0.0,
+    server = staggered.StaticServer(_args(), pair[0], lambda: sd.AutoregressiveDrafter(draft, temperature=0.0,
                                                                                           top_p=1.0, top_k=0))
     arrivals, lengths = [0.0, 0.0, 0.05], [2, 12, 3]
     finish, acceptance = server.serve(PROMPTS, arrivals, lengths, concurrency=2)
@@ -118,8 +119,9 @@ def test_static_batches_leave_together(pair):
 
 def test_continuous_batching_returns_each_request_at_its_own_length(pair):
     speculative = {"method": "draft_model", "model": str(pair[1]), "num_speculative_tokens": 2}
-    observer = arrivals.AcceptanceObserver()
-    server = arrivals.VllmServer(_args(), pair[0], speculative, {"specdiff": {"rule": "linear", "leniency": 1.0}}, observer)
+    observer = staggered.AcceptanceObserver()
+    server = staggered.VllmServer(_args(), pair[0], speculative, {"specdiff": {"rule": "linear", "leniency": 1.0}},
+                                  observer)
     try:
         _assert_patched_once()
         server.serve(PROMPTS, [0.0] * 3, [2] * 3, concurrency=2)  # warm-up
