@@ -65,7 +65,8 @@ def test_default_dtype_reads_the_cpu_flags(tmp_path, monkeypatch, flags, expecte
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     cpuinfo = tmp_path / "cpuinfo"
-    cpuinfo.write_text(f"processor\t: 0\nmodel name\t: a CPU\nflags\t\t: {flags}\n\nprocessor\t: 1\nflags\t\t: {flags}\n")
+    cpu = f"model name\t: a CPU\nflags\t\t: {flags}\n"
+    cpuinfo.write_text(f"processor\t: 0\n{cpu}\nprocessor\t: 1\n{cpu}")
     assert bench.default_dtype(cpuinfo) == expected
 
 

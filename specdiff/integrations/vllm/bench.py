@@ -130,8 +130,9 @@ def real(options, log) -> tuple[dict, list[dict], dict]:
                 "load_average_before": [round(x, 2) for x in load_before],
                 "load_average_after": [round(x, 2) for x in os.getloadavg()]}
     by = {(r["engine"], r["concurrency"]): r["tokens_per_s"] for r in results}
-    ratios = {f"vllm_speculative_over_plain_c{c}": round(by[(results[-1]["engine"], c)] /
-                                                         by[("vllm no speculation", c)], 3) for c in options.concurrency}
+    speculative_name = results[-1]["engine"]
+    ratios = {f"vllm_speculative_over_plain_c{c}": round(by[(speculative_name, c)] / by[("vllm no speculation", c)], 3)
+              for c in options.concurrency}
     return settings, results, ratios
 
 
