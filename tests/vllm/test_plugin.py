@@ -91,11 +91,11 @@ def _assert_law(rows, law, label):
 
 
 def test_plugin_is_loaded_by_vllm(engine):
-    from specdiff.integrations.vllm import hooks
+    from specdiff.integrations.vllm import hooks, v1
     from vllm.v1.sample import rejection_sampler
 
-    assert hooks._gates and hooks._active
-    assert rejection_sampler.rejection_sample.__module__ == hooks.__name__
+    assert hooks.installed() and hooks.active()
+    assert rejection_sampler.rejection_sample.__module__ == v1.__name__
 
 
 def test_lossless_greedy_is_token_identical_to_vllm_without_the_plugin(engine, pair, tmp_path):

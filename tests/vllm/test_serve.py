@@ -13,7 +13,7 @@ loading the plugin from its entry point.
 - Lossless and Linear(0.5), sampled at temperature 1 with a seed per request: the server's acceptance
   (its Prometheus counters, >= 200 drafted tokens each) is within 0.1 of the `LLM` class's on the same
   pair, prompt, seeds and rules. A worker that verified against vLLM-CPU's garbage target (the CPU
-  expand bug, `hooks._install_cpu_repair`) accepts far less: vLLM without the plugin accepted 0.20 of
+  expand bug, `cpu_repair.install_cpu_repair`) accepts far less: vLLM without the plugin accepted 0.20 of
   the drafts on this pair (test_install.py, a batch of 16), and 0.007 served on tiny.pair's V = 8 pair
   (prompt "b c a", 4 speculative tokens).
   The requests go one at a time to both: vLLM-CPU 0.32's draft_model proposer drafts differently in

@@ -11,8 +11,13 @@ as a vLLM proposer. See docs/vllm.md.
   "specdiff.integrations.vllm.DiffusionProposer", ...}` proposer running specdiff's masked and
   block diffusion drafters (`proposer`).
 
-Importing this package imports neither vLLM nor a model; `sampling` and `settings` are pure torch
-and Python (tested without vLLM), `hooks` and `proposer` are used inside vLLM's processes.
+Importing this package imports neither vLLM nor a model. Its modules, bottom up: `settings` and
+`sampling` (pure Python and torch, tested without vLLM); `compat` (the tested vLLM versions, the patch
+tools, SpecdiffInstallError) and `state` (every piece of the plugin's mutable state, caches keyed by weak
+references); the patch points `gates` (engine start, workers, requests), `v1` and `v2` (the two model
+runners' rejection sampling) and `cpu_repair` (a vLLM-CPU sampling bug); `hooks` (install and activate
+them); `proposer`, `serve` (`python -m specdiff.integrations.vllm.serve`), and `bench_engines`, `arrivals` and
+`bench` (`specdiff bench vllm`).
 """
 from __future__ import annotations
 
