@@ -21,7 +21,7 @@ engine run in, named in the JSON's settings.
 `--verifier NAME|FOLDER` (a real verifier: a fetched name such as smollm2-135m-instruct, or its converted
 folder) times vLLM on it without speculation and with `DiffusionProposer` running `--drafter` (a masked
 drafter specdiff distilled for it: its name, e.g. smollm2-135m-instruct-masked, the default where shipped,
-or a folder), on the bench's held-out chat prompts (`specdiff.runs.real_bench.TEST_FILE`, through the
+or a folder), on the bench's held-out chat prompts (`specdiff.runs.prompts.TEST_FILE`, through the
 verifier's chat template, cycled to the largest concurrency), Lossless unless `--lam` > 0 (Linear),
 at `--temperature` / `--top-p`. Rows: "vllm no speculation" and "vllm DiffusionProposer <rule>"; ratios
 `vllm_speculative_over_plain_c<c>`.

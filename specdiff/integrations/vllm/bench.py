@@ -96,7 +96,7 @@ def real(options, log) -> tuple[dict, list[dict], dict]:
     import torch
 
     from specdiff import checkpoints, models
-    from specdiff.runs import real_bench
+    from specdiff.runs import prompts as prompt_files
     from specdiff.zoo import distilled
 
     name = Path(options.verifier).name
@@ -110,7 +110,7 @@ def real(options, log) -> tuple[dict, list[dict], dict]:
     lam = options.lam or 0.0
     rule = {"rule": "linear", "leniency": lam} if lam > 0 else {"rule": "lossless"}
     count = max(options.concurrency)
-    loaded = real_bench.read_prompts(real_bench.TEST_FILE, models.load_tokenizer(str(folder)))
+    loaded = prompt_files.read_prompts(prompt_files.TEST_FILE, models.load_tokenizer(str(folder)))
     prompts = [loaded[i % len(loaded)].ids for i in range(count)]
     load_before = os.getloadavg()
     label = rule["rule"] if lam == 0 else f"linear {lam:g}"
@@ -124,7 +124,7 @@ def real(options, log) -> tuple[dict, list[dict], dict]:
                 "steps": options.steps, "temperature": options.temperature, "top_p": options.top_p,
                 "threads": options.threads, "engine_threads": torch.get_num_threads(), "repeats": options.repeats,
                 "dtype": options.dtype, "verifier": str(folder), "drafter": str(drafter),
-                "prompts": f"{real_bench.TEST_FILE.name}, first {min(count, len(loaded))} (cycled to {count}), "
+                "prompts": f"{prompt_files.TEST_FILE.name}, first {min(count, len(loaded))} (cycled to {count}), "
                            f"chat template", "prompt_tokens": [len(p) for p in prompts],
                 "cpu_count": os.cpu_count(), "omp_threads_bind": os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "auto"),
                 "load_average_before": [round(x, 2) for x in load_before],
