@@ -17,6 +17,7 @@ import pytest
 from specdiff.integrations.vllm import bench, state
 
 
+@pytest.mark.xfail(strict=True, reason="issue 39 item 4 open: something still holds the VllmConfig after its cache entries go (found at the end of session 13; the helper saw it pass, it fails here in .venv-vllm)")
 def test_a_cached_config_is_not_kept_alive():
     vllm_config = pytest.importorskip("vllm.config")
     config = vllm_config.VllmConfig(additional_config={"specdiff": {"rule": "linear", "leniency": 0.2}})
