@@ -43,8 +43,9 @@ import torch
 from specdiff.drafters.base import Draft, Drafter
 from specdiff.drafters.prefix_cache import PersistentPrefix, round_cache_steps
 from specdiff.drafters.registry import KindSpec, register
-from specdiff.lm.cache import cache_kwargs
-from specdiff.lm.masks import bidirectional_mask, layer_masks, position_ids
+from specdiff.lm.bidirectional import bidirectional_logits
+from specdiff.lm.bidirectional import is_causal_lm_class as _is_causal_lm_class
+from specdiff.lm.masks import position_ids
 from specdiff.drafters.unmasking import ORDERS, DraftIndex, unmask_canvas, unmask_planned
 from specdiff.lm.sampling import check_sampling
 
@@ -177,47 +178,10 @@ class MaskedDiffusionDrafter(Drafter):
             self.steps, self.threshold = saved
 
 
-def bidirectional_logits(model, tokens: torch.Tensor, key_mask: torch.Tensor, columns: torch.Tensor | None = None,
-                         shift: bool = True, cache=None, positions: torch.Tensor | None = None,
-                         padded: bool | None = None) -> torch.Tensor:
-    """One bidirectional forward. Returns logits [b, L, V] where row j is the distribution of token j,
-    or only the rows `columns` [C]: [b, C, V]. With shift (Dream), row j is the model's output at j-1
-    (row 0 copies row 1's source); without (LLaDA, BERT), it is the output at j.
-
-    A causal-LM class gets its attention mask already prepared ({layer type: mask}, passed through by
-    transformers) and `is_causal=False`: no mask when no row is padded (SDPA runs unmasked, i.e.
-    bidirectional), else a 4D boolean mask hiding only the padding. A masked-LM class gets a 2D mask."""
-    positions = position_ids(key_mask) if positions is None else positions  # [b, L], left padding aware
-    if not _is_causal_lm_class(model):
-        logits = model(input_ids=tokens, attention_mask=key_mask.long(), **_position_kwargs(model, positions)).logits
-        logits = torch.cat([logits[:, :1], logits[:, :-1]], dim=1) if shift else logits
-        return logits if columns is None else logits[:, columns]
-    padded = not bool(key_mask.all()) if padded is None else padded
-    mask = bidirectional_mask(key_mask) if padded else None
-    if columns is None:
-        keep = 0
-    else:
-        keep = columns - 1 if shift else columns
-    extra = {} if cache is None else cache_kwargs(model, cache)
-    logits = model(input_ids=tokens, attention_mask=layer_masks(model, mask), position_ids=positions,
-                   is_causal=False, logits_to_keep=keep, **extra).logits
-    if columns is not None:
-        return logits  # [b, C, V]
-    return torch.cat([logits[:, :1], logits[:, :-1]], dim=1) if shift else logits
-
-
 def masked_logits(model, tokens: torch.Tensor, key_mask: torch.Tensor,
                   columns: torch.Tensor | None = None) -> torch.Tensor:
     """`bidirectional_logits` with Dream's shift (the zoo drafter's convention)."""
     return bidirectional_logits(model, tokens, key_mask, columns, shift=True)
-
-
-def _is_causal_lm_class(model) -> bool:
-    """True for a decoder class run bidirectionally (Qwen3ForCausalLM, Dream); False for a masked LM."""
-    name = type(model).__name__
-    if "MaskedLM" in name or "BertFor" in name or getattr(model.config, "model_type", "") == "llada":
-        return False
-    return "CausalLM" in name or getattr(model.config, "model_type", "") == "Dream"
 
 
 def _resolve_shift(model, shift_logits: bool | None) -> bool:
@@ -242,12 +206,6 @@ def _resolve_id(model, tokenizer, name: str, given: int | None) -> int:
         if value is not None:
             return int(value)
     raise ValueError(f"no {name}: neither the model's config nor a tokenizer gives one; pass {name}=")
-
-
-def _position_kwargs(model, positions: torch.Tensor) -> dict:
-    import inspect
-
-    return {"position_ids": positions} if "position_ids" in inspect.signature(model.forward).parameters else {}
 
 
 class MaskedKind(KindSpec):

@@ -26,7 +26,7 @@ from specdiff.lm.masks import bidirectional_mask, layer_masks, position_ids
 def round_cache_steps(model, tokens: torch.Tensor, key_mask: torch.Tensor, block_size: int, shift: bool):
     """A step function canvas [b, B] -> logits [b, B, V] with a per-round prefix cache.
     tokens [b, L + B] (committed tokens, then the canvas), key_mask [b, L + B]."""
-    from specdiff.drafters.masked import bidirectional_logits
+    from specdiff.lm.bidirectional import bidirectional_logits
 
     cache, positions, first = new_cache(model), position_ids(key_mask), [True]
     chunk = block_size + 1  # last committed token + canvas

@@ -144,7 +144,6 @@ def generate(out_dir: str | Path, verifier: str, shards: int, samples: int = 64,
     Magpie turns alone); dtype: the verifier's dtype while generating (None: `lm.precision.default_dtype`,
     bfloat16 on a CPU with native bfloat16, else float32)."""
     from specdiff import models
-    from specdiff.engine.baselines import autoregressive_generate
     from specdiff.engine.generate import eos_token_ids
     from specdiff.progress import progress
 
@@ -213,12 +212,9 @@ def generate(out_dir: str | Path, verifier: str, shards: int, samples: int = 64,
             tasks = []
             for request, passage_ids, row in zip(requests, written, range(len(requests))):
                 greedy = (number + row) % 2 == 0
-                cut = cut_repetition(passage_ids)
-                if cut is None:
-                    dropped["repetitive"] += 1
+                passage_ids = _without_loop(passage_ids, dropped)
+                if passage_ids is None:
                     continue
-                dropped["cut"] += len(cut) < len(passage_ids)
-                passage_ids = cut
                 rows_entry = (encode(request), KINDS.index("passage"), request)
                 conversations_done.append((rows_entry, passage_ids, greedy))
                 passage = tokenizer.decode(passage_ids, skip_special_tokens=True).strip()
@@ -231,15 +227,11 @@ def generate(out_dir: str | Path, verifier: str, shards: int, samples: int = 64,
         answers = decode([r[0] for r in rows], response_max_tokens, *sampling,
                          number if passages else None) if rows else []
         for row, (entry, ids) in enumerate(zip(rows, answers)):
-            cut = cut_repetition(ids)
-            if cut is None:
-                dropped["repetitive"] += 1
+            ids = _without_loop(ids, dropped)
+            if ids is None:
                 continue
-            dropped["cut"] += len(cut) < len(ids)
-            ids = cut
             conversations_done.append((entry, ids, (number + row) % 2 == 0 and bool(passages)))
-        kept = [c for c in conversations_done]
-        conversations_done.clear()
+        kept, conversations_done = conversations_done, []
         record = _write_shard(out, number, [c[0][0] for c in kept], [c[1] for c in kept], [c[0][2] for c in kept],
                               time.perf_counter() - begin, greedy=[c[2] for c in kept] if passages else None,
                               kinds=[c[0][1] for c in kept] if passages else None)
@@ -275,6 +267,16 @@ def load_shards(out_dir: str | Path, shards: int | None = None) -> list[tuple[li
             conversations.append((tokens[start:middle].tolist(), tokens[middle:end].tolist()))
             start = end
     return conversations
+
+
+def _without_loop(ids: list[int], dropped: dict) -> list[int] | None:
+    """`cut_repetition`, counted in the shard's `dropped` record ("cut" or "repetitive")."""
+    cut = cut_repetition(ids)
+    if cut is None:
+        dropped["repetitive"] += 1
+    else:
+        dropped["cut"] += len(cut) < len(ids)
+    return cut
 
 
 class ShardChecksumError(ValueError):
