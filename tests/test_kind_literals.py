@@ -60,19 +60,9 @@ def kind_comparisons(root: Path = ROOT) -> list[str]:
     return found
 
 
-# Not yet moved onto the specs (issue 39 is open): the trainer's recipe dispatch (the testbed recipes' objectives
-# and `distill --kind`). A ratchet: a file may only lose comparisons, and no other file may gain one.
-REMAINING = {"training/build.py": 6, "training/distill.py": 4, "training/zoo.py": 8}
-
-
 def test_no_kind_is_compared_with_a_string_literal_outside_the_kind_modules():
     found = kind_comparisons()
-    counts: dict[str, int] = {}
-    for line in found:
-        counts[line.split(":")[0]] = counts.get(line.split(":")[0], 0) + 1
-    grown = {path: n for path, n in counts.items() if n > REMAINING.get(path, 0)}
-    assert not grown, "compare through the kind's KindSpec instead:\n" + "\n".join(
-        line for line in found if line.split(":")[0] in grown)
+    assert found == [], "compare through the kind's KindSpec (or a recipe table) instead:\n" + "\n".join(found)
 
 
 def test_the_check_finds_a_planted_comparison(tmp_path):

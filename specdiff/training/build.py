@@ -20,63 +20,100 @@ TARGET_LAYERS = 5  # DFlash reads this many verifier layers, spread evenly: 1, 8
 
 
 def zoo_model(name: str, tokenizer):
-    """A fresh (randomly initialised) testbed model `name` of `zoo.configs`."""
+    """A fresh (randomly initialised) testbed model `name` of `zoo.configs`, built for its recipe's objective."""
+    objective = configs.TRAINING[name]["objective"]
+    if objective not in ZOO_BUILDERS:
+        raise ValueError(f"{name!r}: no model for objective {objective!r}")
+    return ZOO_BUILDERS[objective](name, tokenizer)
+
+
+def _zoo_dflash(name: str, tokenizer):
+    """A `MuseGlimmerAssistantModel` of the testbed's common architecture."""
     import transformers
 
-    objective = configs.TRAINING[name]["objective"]
-    special = dict(bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-                   pad_token_id=tokenizer.pad_token_id)
-    if objective == "dflash":
-        common = configs.COMMON_ARCHITECTURE
-        config = transformers.MuseGlimmerAssistantConfig(
-            mask_token_id=tokenizer.mask_token_id, max_position_embeddings=common["max_position_embeddings"],
-            rope_parameters=dict(rope_type="default", rope_theta=common["rope_theta"]),
-            rms_norm_eps=common["rms_norm_eps"], **special, **configs.ARCHITECTURES[name])
-        config.specdiff_target = configs.TRAINING[name]["target"]  # the verifier it was trained for
-        config.specdiff_role = name
-        return transformers.MuseGlimmerAssistantModel(config)
-    if objective not in ("ar", "mdlm", "block", "uniform_block"):
-        raise ValueError(f"{name!r}: no model for objective {objective!r}")
-    config = transformers.Qwen3Config(vocab_size=len(tokenizer), **special, **configs.COMMON_ARCHITECTURE,
-                                      **configs.ARCHITECTURES[name])
-    if objective != "ar":
+    common = configs.COMMON_ARCHITECTURE
+    config = transformers.MuseGlimmerAssistantConfig(
+        mask_token_id=tokenizer.mask_token_id, max_position_embeddings=common["max_position_embeddings"],
+        rope_parameters=dict(rope_type="default", rope_theta=common["rope_theta"]),
+        rms_norm_eps=common["rms_norm_eps"], **_special_tokens(tokenizer), **configs.ARCHITECTURES[name])
+    config.specdiff_target = configs.TRAINING[name]["target"]  # the verifier it was trained for
+    config.specdiff_role = name
+    return transformers.MuseGlimmerAssistantModel(config)
+
+
+def _zoo_qwen(name: str, tokenizer, bidirectional: bool = False, block_size: bool = False):
+    """A `Qwen3ForCausalLM`: causal (AR), or bidirectional with Dream's shift and a mask token (diffusion);
+    block_size: SDAR's field, the trained block length, written into the config."""
+    import transformers
+
+    config = transformers.Qwen3Config(vocab_size=len(tokenizer), **_special_tokens(tokenizer),
+                                      **configs.COMMON_ARCHITECTURE, **configs.ARCHITECTURES[name])
+    if bidirectional:
         config.is_causal = False  # documentation for loaders; the drafter also passes a full 4D mask
         config.mask_token_id = tokenizer.mask_token_id
         config.logits_shift = 1  # Dream: logit at position i predicts token i + 1
-    if objective == "block":
-        config.block_size = configs.TRAINING[name]["block_tokens"]  # SDAR's field: the trained block length
+    if block_size:
+        config.block_size = configs.TRAINING[name]["block_tokens"]
     config.specdiff_role = name
     return transformers.Qwen3ForCausalLM(config)
 
 
+def _special_tokens(tokenizer) -> dict:
+    return dict(bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+                pad_token_id=tokenizer.pad_token_id)
+
+
+# A testbed recipe's objective -> the model it trains (`zoo.configs.TRAINING[name]["objective"]`).
+ZOO_BUILDERS = {
+    "ar": _zoo_qwen,
+    "mdlm": lambda name, tokenizer: _zoo_qwen(name, tokenizer, bidirectional=True),
+    "block": lambda name, tokenizer: _zoo_qwen(name, tokenizer, bidirectional=True, block_size=True),
+    "uniform_block": lambda name, tokenizer: _zoo_qwen(name, tokenizer, bidirectional=True),
+    "dflash": _zoo_dflash,
+}
+
+
 def drafter(kind: str, target, settings: dict, d2t: np.ndarray, mask_token_id: int):
     """A fresh distilled drafter of `kind` for the frozen verifier `target` (module docstring)."""
+    if kind not in DRAFTERS:
+        raise ValueError(f"no distilled drafter of kind {kind!r}; choose from {', '.join(DRAFTERS)}")
+    return DRAFTERS[kind](target, settings, d2t, mask_token_id)
+
+
+def _dflash(target, settings: dict, d2t, mask_token_id: int):
+    """The DFlash drafter: the verifier's width, its last layers as a start, the context projection reading its
+    last layer."""
     import transformers
 
     tc = target.config
-    if kind == "masked":
-        return _masked(target, settings, d2t, mask_token_id)
-    if kind == "dflash":
-        config = transformers.MuseGlimmerAssistantConfig(
-            hidden_size=tc.hidden_size, intermediate_size=settings["intermediate"],
-            num_hidden_layers=settings["layers"], num_attention_heads=tc.num_attention_heads,
-            num_key_value_heads=tc.num_key_value_heads, head_dim=tc.hidden_size // tc.num_attention_heads,
-            target_layer_ids=target_layers(tc.num_hidden_layers), block_size=settings["block"],
-            mask_token_id=mask_token_id, rms_norm_eps=tc.rms_norm_eps, max_position_embeddings=tc.max_position_embeddings,
-            rope_parameters=dict(tc.rope_parameters), layer_types=["full_attention"] * settings["layers"],
-            bos_token_id=tc.bos_token_id, eos_token_id=tc.eos_token_id, pad_token_id=tc.pad_token_id)
-        config.specdiff_anchor_state = bool(settings.get("anchor_state", False))
-        model = transformers.MuseGlimmerAssistantModel(config)
-        if not settings.get("init_from_verifier", True):
-            return model.float()
-        with torch.no_grad():  # the verifier's last layers as a start; the context projection reads its last layer
-            for i, layer in enumerate(model.layers):
-                _copy_matching(layer, target.model.layers[tc.num_hidden_layers - len(model.layers) + i])
-            model.norm.weight.copy_(target.model.norm.weight)
-            fc = model.encoder.fc.weight
-            fc.mul_(0.1)
-            fc[:, -tc.hidden_size:] += torch.eye(tc.hidden_size)
+    config = transformers.MuseGlimmerAssistantConfig(
+        hidden_size=tc.hidden_size, intermediate_size=settings["intermediate"],
+        num_hidden_layers=settings["layers"], num_attention_heads=tc.num_attention_heads,
+        num_key_value_heads=tc.num_key_value_heads, head_dim=tc.hidden_size // tc.num_attention_heads,
+        target_layer_ids=target_layers(tc.num_hidden_layers), block_size=settings["block"],
+        mask_token_id=mask_token_id, rms_norm_eps=tc.rms_norm_eps, max_position_embeddings=tc.max_position_embeddings,
+        rope_parameters=dict(tc.rope_parameters), layer_types=["full_attention"] * settings["layers"],
+        bos_token_id=tc.bos_token_id, eos_token_id=tc.eos_token_id, pad_token_id=tc.pad_token_id)
+    config.specdiff_anchor_state = bool(settings.get("anchor_state", False))
+    model = transformers.MuseGlimmerAssistantModel(config)
+    if not settings.get("init_from_verifier", True):
         return model.float()
+    with torch.no_grad():
+        for i, layer in enumerate(model.layers):
+            _copy_matching(layer, target.model.layers[tc.num_hidden_layers - len(model.layers) + i])
+        model.norm.weight.copy_(target.model.norm.weight)
+        fc = model.encoder.fc.weight
+        fc.mul_(0.1)
+        fc[:, -tc.hidden_size:] += torch.eye(tc.hidden_size)
+    return model.float()
+
+
+def _ar(target, settings: dict, d2t, mask_token_id: int):
+    """The AR drafter: a causal LM of the verifier's architecture, `ar_layers` of its layers copied, embeddings
+    tied and frozen."""
+    import transformers
+
+    tc = target.config
     config = transformers.AutoConfig.for_model(**{**tc.to_dict(), "num_hidden_layers": len(settings["ar_layers"]),
                                                   "tie_word_embeddings": True})
     config.layer_types = None if not hasattr(tc, "layer_types") else ["full_attention"] * len(settings["ar_layers"])
@@ -134,3 +171,7 @@ def _copy_matching(layer, source) -> None:
     for name, value in layer.state_dict().items():
         if name in theirs and theirs[name].shape == value.shape:
             value.copy_(theirs[name])
+
+
+# A distilled kind -> its fresh model (`specdiff distill --kind`).
+DRAFTERS = {"dflash": _dflash, "ar": _ar, "masked": _masked}

@@ -22,7 +22,9 @@ with those settings, and ends with the same weights as an uninterrupted run.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
@@ -33,15 +35,19 @@ from specdiff.training.loop import fit, trainable_state
 from specdiff.training.objectives import OBJECTIVES
 
 SCHEDULE = dict(warmup=50, lr_floor=0.0, decay_from="start", weight_decay=0.01, betas=(0.9, 0.95), clip=1.0)
-DEFAULTS = {
-    "dflash": dict(steps=4500, batch=4, anchors=16, lr=2e-3, block=16, gamma=4.0, layers=1, intermediate=1536,
-                   anchor_state=True),
-    "ar": dict(steps=400, batch=8, lr=1e-3, ar_layers=(0,), positions=64),
-    "masked": dict(steps=3000, batch=16, lr=2e-3, block=16, hidden=192, layers=2, heads=3, kv_heads=1,
-                   intermediate=640, ar_weight=1.0, positions=64, all_masked=0.25),
-}
-DRAFT_VOCAB_KINDS = ("dflash", "masked")  # kinds whose head is the draft vocabulary
 DRAFT_SIZE = 8192
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How one kind is distilled. defaults: its settings; draft_vocab: its head is the draft vocabulary (else the
+    full one); names_class: its config names the model class (`architectures`), for loaders that go by it; loss:
+    (model, target, conversations, settings, d2t, data_dir, out, show_progress) -> step_loss(step, generator)."""
+
+    defaults: dict
+    loss: Callable
+    draft_vocab: bool = False
+    names_class: bool = True
 
 
 def train(kind: str, verifier: str, data_dir: str | Path, out: str | Path, steps: int | None = None,
@@ -53,9 +59,10 @@ def train(kind: str, verifier: str, data_dir: str | Path, out: str | Path, steps
     all; a resumed run keeps its own)."""
     from specdiff import models
 
-    if kind not in DEFAULTS:
-        raise ValueError(f"unknown drafter kind {kind!r} to distill; choose from {', '.join(DEFAULTS)}")
-    settings = {**DEFAULTS[kind], **{k: v for k, v in options.items() if v is not None}}
+    if kind not in RECIPES:
+        raise ValueError(f"unknown drafter kind {kind!r} to distill; choose from {', '.join(RECIPES)}")
+    recipe = RECIPES[kind]
+    settings = {**recipe.defaults, **{k: v for k, v in options.items() if v is not None}}
     settings["steps"] = steps or settings["steps"]
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -73,13 +80,13 @@ def train(kind: str, verifier: str, data_dir: str | Path, out: str | Path, steps
     vocab = int(target.config.vocab_size)
     eos = [int(e) for e in np.atleast_1d(target.generation_config.eos_token_id or [])]
     d2t = (np.asarray(state["d2t"]) if state is not None else
-           draft_vocabulary(conversations, draft_size, vocab, always=eos) if kind in DRAFT_VOCAB_KINDS
+           draft_vocabulary(conversations, draft_size, vocab, always=eos) if recipe.draft_vocab
            else np.arange(vocab))
     mask_token_id = int(getattr(target.config, "specdiff_mask_token_id", None) or 4)  # a token the chat never uses
     with torch.random.fork_rng():  # the fresh parts' initialisation is a function of the seed
         torch.manual_seed(seed)
         model = build.drafter(kind, target, settings, d2t, mask_token_id)
-    step_loss = _step_loss(kind, model, target, conversations, settings, d2t, data_dir, out, show_progress)
+    step_loss = recipe.loss(model, target, conversations, settings, d2t, data_dir, out, show_progress)
     run = fit(model, step_loss, {**SCHEDULE, **settings}, out / "checkpoint.pt", seed=seed, until=until_step,
               every_s=save_every_s, meta=dict(kind=kind, verifier=verifier, settings=settings, d2t=d2t.tolist()),
               progress=show_progress, desc=f"distill {kind}")
@@ -103,26 +110,44 @@ def draft_vocabulary(conversations, size: int, verifier_vocab: int, always=()) -
     return np.sort(order[: min(size, verifier_vocab)])  # sorted ids: d2t is monotone
 
 
-def _step_loss(kind, model, target, conversations, settings, d2t, data_dir, out, show_progress):
-    """step_loss(step, generator) of `kind`: a batch of conversations drawn with the generator, then its loss."""
-    if kind == "dflash":
-        layers = list(model.config.target_layer_ids)
-        states = data.verifier_states(target, layers, data_dir, out / ("hidden-" + "-".join(map(str, layers))),
-                                      show_progress, settings["shards"])
-        to_draft = torch.full((len(target.get_input_embeddings().weight),), -100, dtype=torch.long)
-        to_draft[torch.as_tensor(d2t)] = torch.arange(len(d2t))
-        tables = dict(embeddings=target.get_input_embeddings().weight,
-                      head=target.get_output_embeddings().weight[torch.as_tensor(d2t)], to_draft=to_draft)
+def _pick(conversations, settings, generator) -> tuple[list[int], list]:
+    """A batch of conversations drawn with the generator: (their indices, the conversations)."""
+    picks = torch.randint(len(conversations), (settings["batch"],), generator=generator).tolist()
+    return picks, [conversations[i] for i in picks]
+
+
+def _dflash_loss(model, target, conversations, settings, d2t, data_dir, out, show_progress):
+    """`dflash` over `anchors` blocks per conversation, on the verifier's cached hidden states."""
+    layers = list(model.config.target_layer_ids)
+    states = data.verifier_states(target, layers, data_dir, out / ("hidden-" + "-".join(map(str, layers))),
+                                  show_progress, settings["shards"])
+    to_draft = torch.full((len(target.get_input_embeddings().weight),), -100, dtype=torch.long)
+    to_draft[torch.as_tensor(d2t)] = torch.arange(len(d2t))
+    tables = dict(embeddings=target.get_input_embeddings().weight,
+                  head=target.get_output_embeddings().weight[torch.as_tensor(d2t)], to_draft=to_draft)
 
     def step_loss(step: int, generator: torch.Generator) -> torch.Tensor:
-        picks = torch.randint(len(conversations), (settings["batch"],), generator=generator).tolist()
-        chosen = [conversations[i] for i in picks]
-        if kind == "dflash":
-            batch = dict(conversations=chosen, context=data.padded_states([states[i] for i in picks]), **tables,
-                         block=settings["block"], anchors=settings["anchors"], gamma=settings["gamma"])
-            return OBJECTIVES["dflash"](model, batch, generator)
-        if kind == "ar":
-            return OBJECTIVES["next_token"](model, data.conversation_batch(chosen, settings.get("positions")), generator)
+        picks, chosen = _pick(conversations, settings, generator)
+        batch = dict(conversations=chosen, context=data.padded_states([states[i] for i in picks]), **tables,
+                     block=settings["block"], anchors=settings["anchors"], gamma=settings["gamma"])
+        return OBJECTIVES["dflash"](model, batch, generator)
+
+    return step_loss
+
+
+def _ar_loss(model, target, conversations, settings, d2t, data_dir, out, show_progress):
+    """`next_token` on `positions` random response positions per conversation."""
+    def step_loss(step: int, generator: torch.Generator) -> torch.Tensor:
+        _, chosen = _pick(conversations, settings, generator)
+        return OBJECTIVES["next_token"](model, data.conversation_batch(chosen, settings.get("positions")), generator)
+
+    return step_loss
+
+
+def _masked_loss(model, target, conversations, settings, d2t, data_dir, out, show_progress):
+    """`masked_diffusion` on one cut per conversation + `ar_weight` * causal `next_token` on the same tokens."""
+    def step_loss(step: int, generator: torch.Generator) -> torch.Tensor:
+        _, chosen = _pick(conversations, settings, generator)
         batch = data.cut_batch(chosen, settings["block"], generator)
         loss = OBJECTIVES["masked_diffusion"](model, {**batch, "all_masked": settings["all_masked"],
                                                       "weighting": "none"}, generator)
@@ -134,6 +159,17 @@ def _step_loss(kind, model, target, conversations, settings, d2t, data_dir, out,
     return step_loss
 
 
+RECIPES = {
+    "dflash": Recipe(dict(steps=4500, batch=4, anchors=16, lr=2e-3, block=16, gamma=4.0, layers=1, intermediate=1536,
+                          anchor_state=True), _dflash_loss, draft_vocab=True, names_class=False),
+    "ar": Recipe(dict(steps=400, batch=8, lr=1e-3, ar_layers=(0,), positions=64), _ar_loss),
+    "masked": Recipe(dict(steps=3000, batch=16, lr=2e-3, block=16, hidden=192, layers=2, heads=3, kv_heads=1,
+                          intermediate=640, ar_weight=1.0, positions=64, all_masked=0.25), _masked_loss,
+                     draft_vocab=True),
+}
+DEFAULTS = {kind: recipe.defaults for kind, recipe in RECIPES.items()}  # each kind's settings
+
+
 def _save_drafter(model, kind: str, verifier: str, d2t: np.ndarray, out: Path, summary: dict, target) -> None:
     """config.json + model.safetensors (trainable weights only, float16) + draft_vocab.json + training.json."""
     from safetensors.torch import save_file
@@ -141,14 +177,15 @@ def _save_drafter(model, kind: str, verifier: str, d2t: np.ndarray, out: Path, s
     from specdiff.zoo.distilled import fingerprint
 
     config = model.config.to_dict()
+    recipe = RECIPES[kind]
     config.update(specdiff_role=f"distilled-{kind}", specdiff_target=verifier, specdiff_target_fingerprint=fingerprint(target),
-                  specdiff_shared_from_target=["embeddings", "lm_head"] if kind in DRAFT_VOCAB_KINDS else ["embeddings"])
-    if kind in ("ar", "masked"):
+                  specdiff_shared_from_target=["embeddings", "lm_head"] if recipe.draft_vocab else ["embeddings"])
+    if recipe.names_class:
         config["architectures"] = [type(model).__name__]
     weights = {n: v.to(torch.float16).contiguous() for n, v in trainable_state(model).items()}
     save_file(weights, str(out / "model.safetensors"), metadata={"format": "pt"})
     (out / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
-    if kind in DRAFT_VOCAB_KINDS:
+    if recipe.draft_vocab:
         (out / "draft_vocab.json").write_text(json.dumps({"draft_to_target": [int(i) for i in d2t]},
                                                          separators=(",", ":")) + "\n")
     (out / "training.json").write_text(json.dumps(summary, indent=2) + "\n")

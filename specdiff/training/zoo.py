@@ -19,7 +19,9 @@ from __future__ import annotations
 import json
 import math
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -53,7 +55,8 @@ def train(name: str, run_dir: str | Path | None = None, out_dir: str | Path | No
     tokenizer = load_tokenizer()
     torch.manual_seed(recipe["seed"])
     model = build.zoo_model(name, tokenizer)
-    target = load(recipe["target"]).requires_grad_(False) if recipe["objective"] == "dflash" else None
+    objective = ZOO_OBJECTIVES[recipe["objective"]]
+    target = load(recipe["target"]).requires_grad_(False) if objective.on_verifier else None
     if recipe["init_from"]:  # Dream-style: start from an AR model's weights (extra layers are dropped)
         print(f"initialised from {recipe['init_from']} "
               f"({model.load_state_dict(load(recipe['init_from']).state_dict(), strict=False)})")
@@ -66,17 +69,17 @@ def train(name: str, run_dir: str | Path | None = None, out_dir: str | Path | No
 
     def probe(done: int, state: dict) -> None:
         if done % probe_every == 0 or done == recipe["steps"]:
-            acc = quick_accuracy(model, tokenizer, name) if recipe["objective"] != "dflash" else None
+            acc = quick_accuracy(model, tokenizer, name) if objective.probe is not None else None
             state["log"].append({"step": done, "loss": round(sum(state["losses"][-50:]) / len(state["losses"][-50:]), 4),
                                  "val_acc64": acc, "seconds": round(time.time() - began, 1)})
             print(json.dumps(state["log"][-1]), flush=True)
 
-    run = fit(model, _step_loss(name, recipe, model, target, tokenizer), recipe, run_dir / "checkpoint.pt",
+    run = fit(model, _step_loss(recipe, objective, model, target, tokenizer), recipe, run_dir / "checkpoint.pt",
               seed=recipe["seed"], resume=resume, every_steps=checkpoint_every, on_step=probe, progress=progress,
               desc=name)
     model.eval()
     out_dir.mkdir(parents=True, exist_ok=True)
-    if recipe["objective"] in ("ar", "mdlm", "block"):
+    if objective.writes_sampling:
         set_default_sampling(model, name)
     model.save_pretrained(out_dir)
     (run_dir / "log.json").write_text(json.dumps(run["log"], indent=1))
@@ -84,45 +87,82 @@ def train(name: str, run_dir: str | Path | None = None, out_dir: str | Path | No
     return out_dir
 
 
-def _step_loss(name: str, recipe: dict, model, target, tokenizer):
-    """step_loss(step, generator): the stage's objective on the step's problems."""
-    objective = recipe["objective"]
-    if objective == "dflash":
+def _step_loss(recipe: dict, objective: "ZooObjective", model, target, tokenizer):
+    """step_loss(step, generator): the stage's objective on the step's problems (+ `ar_weight` * causal
+    `next_token`, same weights)."""
+    context = dict(model=model, target=target, tokenizer=tokenizer, recipe=recipe)
+    if objective.on_verifier:
         layers = list(model.config.target_layer_ids)
         vocab = target.get_input_embeddings().weight.shape[0]
-        tables = dict(embeddings=target.get_input_embeddings().weight, head=target.get_output_embeddings().weight,
-                      to_draft=torch.arange(vocab), block=configs.BLOCK_TOKENS + 1, anchors=recipe["anchors"],
-                      gamma=math.inf)
+        context.update(layers=layers, tables=dict(
+            embeddings=target.get_input_embeddings().weight, head=target.get_output_embeddings().weight,
+            to_draft=torch.arange(vocab), block=configs.BLOCK_TOKENS + 1, anchors=recipe["anchors"], gamma=math.inf))
 
     def step_loss(step: int, generator: torch.Generator) -> torch.Tensor:
         generator.manual_seed(recipe["seed"] * 1_000_003 + step)
         problems = data.train_problems(recipe["seed"], step, recipe["batch_size"])
         stage = stage_of(recipe, step)[0]
-        if objective == "ar":
-            return OBJECTIVES["next_token"](model, data.ar_batch(problems, tokenizer), generator)
-        if objective == "dflash":
-            conversations = data.problem_conversations(problems, tokenizer)
-            context = data.conversation_states(target, layers, conversations)
-            return OBJECTIVES["dflash"](model, dict(conversations=conversations, context=context, **tables), generator)
-        if objective == "mdlm":
-            batch = data.mdlm_batch(problems, tokenizer)
-            options = ("group_prob", "result_prob", "prefix_prob", "prefix_masking")
-            loss = OBJECTIVES["masked_diffusion"](model, {**batch, **{k: stage[k] for k in options if k in stage}},
-                                                  generator)
-        elif objective == "block":
-            loss = OBJECTIVES["masked_diffusion"](model, data.block_batch(problems, tokenizer, generator,
-                                                                          stage["block_tokens"]), generator)
-        else:  # uniform_block: uniform noise on the block drafter's attention pattern
-            batch = data.block_batch(problems, tokenizer, generator, configs.BLOCK_TOKENS, uniform=True)
-            options = ("t_min", "t_max", "suffix_prob", "noised_weight")
-            loss = OBJECTIVES["uniform_diffusion"](model, {**batch, **{k: stage[k] for k in options if k in stage}},
-                                                   generator)
-        if stage.get("ar_weight", 0.0) > 0:  # the causal next-token loss, same weights
+        loss = objective.loss(context, problems, stage, generator)
+        if objective.adds_ar and stage.get("ar_weight", 0.0) > 0:
             causal = {**data.ar_batch(problems, tokenizer), "causal_mask": True}
             loss = loss + stage["ar_weight"] * OBJECTIVES["next_token"](model, causal, generator)
         return loss
 
     return step_loss
+
+
+def _ar(context, problems, stage, generator):
+    return OBJECTIVES["next_token"](context["model"], data.ar_batch(problems, context["tokenizer"]), generator)
+
+
+def _dflash(context, problems, stage, generator):
+    conversations = data.problem_conversations(problems, context["tokenizer"])
+    states = data.conversation_states(context["target"], context["layers"], conversations)
+    return OBJECTIVES["dflash"](context["model"], dict(conversations=conversations, context=states,
+                                                       **context["tables"]), generator)
+
+
+def _mdlm(context, problems, stage, generator):
+    batch = data.mdlm_batch(problems, context["tokenizer"])
+    options = ("group_prob", "result_prob", "prefix_prob", "prefix_masking")
+    return OBJECTIVES["masked_diffusion"](context["model"], {**batch, **{k: stage[k] for k in options if k in stage}},
+                                          generator)
+
+
+def _block(context, problems, stage, generator):
+    batch = data.block_batch(problems, context["tokenizer"], generator, stage["block_tokens"])
+    return OBJECTIVES["masked_diffusion"](context["model"], batch, generator)
+
+
+def _uniform_block(context, problems, stage, generator):
+    """Uniform noise on the block drafter's attention pattern."""
+    batch = data.block_batch(problems, context["tokenizer"], generator, configs.BLOCK_TOKENS, uniform=True)
+    options = ("t_min", "t_max", "suffix_prob", "noised_weight")
+    return OBJECTIVES["uniform_diffusion"](context["model"], {**batch, **{k: stage[k] for k in options if k in stage}},
+                                           generator)
+
+
+@dataclass(frozen=True)
+class ZooObjective:
+    """What a testbed recipe's objective decides. loss: (context, problems, stage, generator) -> loss; adds_ar: the
+    stage's `ar_weight` adds the causal next-token loss; on_verifier: trained on the frozen verifier's states;
+    writes_sampling: the saved model carries its default sampling (`configs.SAMPLING`); probe: how the training
+    probe answers ("greedy": greedy decoding, "standalone": block after block; None: no probe)."""
+
+    loss: Callable
+    adds_ar: bool = True
+    on_verifier: bool = False
+    writes_sampling: bool = False
+    probe: str | None = "greedy"
+
+
+ZOO_OBJECTIVES = {
+    "ar": ZooObjective(_ar, adds_ar=False, writes_sampling=True),
+    "mdlm": ZooObjective(_mdlm, writes_sampling=True),
+    "block": ZooObjective(_block, writes_sampling=True, probe="standalone"),
+    "uniform_block": ZooObjective(_uniform_block, probe="standalone"),
+    "dflash": ZooObjective(_dflash, adds_ar=False, on_verifier=True, probe=None),
+}
 
 
 def set_default_sampling(model, name: str) -> None:
@@ -147,7 +187,7 @@ def quick_accuracy(model, tokenizer, name: str, n: int = 64) -> float:
     problems = tasks.arith_problems("validation", n)
     was_training = model.training
     model.eval()
-    if configs.TRAINING[name]["objective"] in ("block", "uniform_block"):
+    if ZOO_OBJECTIVES[configs.TRAINING[name]["objective"]].probe == "standalone":
         from specdiff import models
         from specdiff.drafters.standalone import standalone_texts
 
