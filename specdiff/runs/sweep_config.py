@@ -21,7 +21,8 @@ PROPOSALS = ("marginal", "point_mass")
 
 SCHEMA = {
     "models": {
-        "drafter": Field("str", "a zoo name, lookup (prompt lookup) or a local checkpoint directory", required=True),
+        "drafter": Field("str", "a kind (masked, ar, ...), a zoo name, a distilled drafter, lookup (prompt lookup) or a "
+                                 "local checkpoint directory", required=True),
         "verifier": Field("str", "a zoo name, a fetched name (specdiff models list) or a local checkpoint directory",
                           required=True),
     },
@@ -121,17 +122,23 @@ def _checked_grid(config: ConfigText, section: str, values: dict, autoregressive
 
 
 def _check_model(config: ConfigText, role: str, name: str) -> None:
+    """A drafter is anything `specdiff.models.resolve` names (a kind, a zoo, distilled or local drafter, prompt
+    lookup); a verifier is a zoo name, a fetched name or a local checkpoint."""
     from specdiff import zoo
-    from specdiff.zoo import distilled
     from specdiff.checkpoints import FETCHABLE, fetched_dir
-    from specdiff.models import LOOKUP
+    from specdiff.models import LOOKUP, resolve
 
-    if role == "drafter" and (name == LOOKUP or distilled.folder(name) is not None):
-        return
     if name in FETCHABLE:
         if fetched_dir(name) is None:
             raise config.error("models", role, f"[models] {role}: {name!r} is not fetched yet: run "
                                                f"`specdiff models fetch {name}`")
+        return
+    if role == "drafter":
+        try:
+            resolve(name)
+        except ValueError as error:
+            reason = str(error).split(": ", 1)[-1]  # what it is not
+            raise config.error("models", role, f"[models] {role}: unknown model {name!r}: {reason}") from None
         return
     if name not in zoo.MODEL_NAMES and not (Path(name) / "config.json").is_file():
         raise config.error("models", role, f"[models] {role}: unknown model {name!r}: not a zoo name "

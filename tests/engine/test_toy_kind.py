@@ -68,3 +68,40 @@ def test_an_unregistered_kind_is_unknown_again(toy_kind):
     with pytest.raises(ValueError, match="unknown drafter kind 'toy-repeat'"):
         registry.get("toy-repeat")
     registry.register(toy_kind)
+
+
+SWEEP = """\
+[models]
+drafter = "toy-repeat"
+verifier = "verifier"
+
+[task]
+name = "arith"
+problems = 2
+max_new_tokens = 24
+
+[grid]
+block_size = [3, 5]
+"""
+
+
+def test_a_kind_registered_from_a_test_file_runs_through_an_in_process_sweep(toy_kind, tmp_path, capsys):
+    """`specdiff sweep` with one worker runs its units in this process, where the toy kind is registered (a
+    worker process would not know it): one row per (configuration, problem), each greedy text the verifier's."""
+    import sqlite3
+
+    config, store = tmp_path / "toy.toml", tmp_path / "toy.sqlite"
+    config.write_text(SWEEP)
+    assert main(["sweep", str(config), "--store", str(store), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["rows"]["in_store"] == 4 and summary["workers"] == 1
+    connection = sqlite3.connect(store)
+    rows = connection.execute("SELECT config_id, text, new_tokens, rounds, accepted, exact FROM results").fetchall()
+    params = dict(connection.execute("SELECT config_id, params FROM configurations").fetchall())
+    connection.close()
+    assert len(rows) == 4 and {json.loads(params[r[0]])["drafter"] for r in rows} == {"toy-repeat"}
+    for config_id, text, new_tokens, rounds, accepted, exact in rows:
+        block = json.loads(params[config_id])["block_size"]
+        accepted = json.loads(accepted)
+        assert text and new_tokens > 0 and exact == 1 and len(accepted) == rounds
+        assert max(accepted) <= min(block, 4)  # the toy drafter proposes min(times, B) tokens a round
