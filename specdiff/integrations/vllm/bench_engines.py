@@ -9,30 +9,19 @@ import json
 import os
 from pathlib import Path
 
-DTYPES = ("float32", "bfloat16")
-BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
+from specdiff.lm import precision
+from specdiff.lm.precision import DTYPES
+
 PROPOSER = "specdiff.integrations.vllm.DiffusionProposer"
 
 
 def default_dtype(cpuinfo: str | os.PathLike = "/proc/cpuinfo") -> str:
-    """"bfloat16" where the hardware computes it natively: CUDA, or a CPU whose flags (in cpuinfo) name
-    avx512_bf16 or AMX (amx_bf16); else "float32"."""
-    try:
-        import torch
+    """The package's precision rule (`specdiff.lm.precision`) on this machine: bfloat16 on CUDA or on a CPU whose
+    flags (in cpuinfo) compute it natively, else float32."""
+    import torch
 
-        if torch.cuda.is_available():
-            return "bfloat16"
-    except ImportError:  # pragma: no cover  (torch is a dependency)
-        pass
-    try:
-        text = Path(cpuinfo).read_text(errors="replace")
-    except OSError:
-        return "float32"
-    flags = set()
-    for line in text.splitlines():
-        if line.startswith("flags") and ":" in line:
-            flags.update(line.split(":", 1)[1].split())
-    return "bfloat16" if flags & set(BF16_CPU_FLAGS) else "float32"
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    return precision.default_dtype(device, precision.cpu_flags(cpuinfo))
 
 
 def dtype_of(options) -> str:
