@@ -50,6 +50,9 @@ def add_generation_flags(parser) -> None:
                              "(e.g. confidence:finish=0.9); -B is then the longest draft (default: none, fixed K and B)")
     parser.add_argument("--batch-size", type=positive_int, default=1, help="sequences per batch (default 1)")
     parser.add_argument("--device", default=None, help="torch device for both models, e.g. cuda (default cpu)")
+    parser.add_argument("--dtype", choices=("auto", "float32", "bfloat16"), default=None,
+                        help="a real verifier's dtype, its drafter following (default auto: bfloat16 on CUDA or a CPU "
+                             "with native bfloat16, else float32; the testbed's models always run in float32)")
 
 
 def sampling_of(args) -> dict:

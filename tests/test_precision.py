@@ -59,3 +59,54 @@ def test_the_fingerprint_is_the_same_in_both_dtypes_and_a_refusal_names_two_thin
         models.load(f"{fetched}-dflash", role="drafter", verifier=verifier)
     message = str(refusal.value)
     assert message.count(repr(fetched)) == 1 and "a different checkpoint under the same name" in message
+
+
+@pytest.mark.parametrize("argv", [["generate", "x"], ["eval"], ["sweep", "c.toml", "--store", "s.sqlite"],
+                                  ["distill", "--verifier", "v", "--kind", "ar", "--out", "o"],
+                                  ["distill", "data", "--verifier", "v", "--shards", "1"], ["bench", "speedup"],
+                                  ["bench", "vllm"]])
+def test_every_command_that_loads_a_real_model_takes_a_dtype(argv):
+    from specdiff.cli import build_parser
+
+    parser = build_parser()
+    assert parser.parse_args([*argv, "--dtype", "bfloat16"]).dtype == "bfloat16"
+    assert parser.parse_args(argv).dtype is None  # the default rule, applied where the models load
+    with pytest.raises(SystemExit):
+        parser.parse_args([*argv, "--dtype", "float16"])
+
+
+def test_the_output_says_which_dtype_and_why(monkeypatch):
+    assert precision.describe("bfloat16", "bfloat16") == "bfloat16 (--dtype)"
+    assert precision.describe("float32", "bfloat16").startswith("float32 (the testbed's models")
+    monkeypatch.setattr(precision, "cpu_flags", lambda cpuinfo="": {"avx2"})
+    assert precision.describe("float32", None).startswith("float32 (default: this CPU has no native bfloat16")
+    monkeypatch.setattr(precision, "cpu_flags", lambda cpuinfo="": {"avx512_bf16"})
+    assert precision.describe("bfloat16", None).startswith("bfloat16 (default: this CPU has native bfloat16")
+    assert precision.describe("float32", None).startswith("float32 (the testbed's models")
+
+
+def test_the_testbed_stays_float32_whatever_is_asked(capsys):
+    from specdiff.cli import main
+
+    prompt = "Tom has 4 bags of coins with 3 coins in each. How many coins does Tom have now?"
+    assert main(["generate", prompt, "--max-new-tokens", "8", "--dtype", "bfloat16", "--json"]) == 0
+    import json
+
+    assert json.loads(capsys.readouterr().out)["dtype"] == "float32"
+    assert main(["generate", prompt, "--max-new-tokens", "8", "--dtype", "bfloat16"]) == 0
+    assert "dtype: float32 (the testbed's models always run in float32)" in capsys.readouterr().out
+
+
+def test_generate_runs_the_real_verifier_in_the_dtype_asked_and_says_so(fetched, capsys):
+    import json
+
+    from specdiff.cli import main
+
+    for dtype in ("bfloat16", "float32"):
+        assert main(["generate", "--chat", "Name three colours.", "--verifier", fetched, "--drafter", "lookup",
+                     "--max-new-tokens", "6", "--temperature", "0", "--dtype", dtype, "--json"]) == 0
+        out = json.loads(capsys.readouterr().out)
+        assert out["dtype"] == dtype and out["generations"][0]["stats"]["new_tokens"] > 0
+    assert main(["generate", "--chat", "Name three colours.", "--verifier", fetched, "--drafter", "lookup",
+                 "--max-new-tokens", "6", "--temperature", "0"]) == 0
+    assert f"dtype: {precision.describe_default('cpu')}" in capsys.readouterr().out

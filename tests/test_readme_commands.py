@@ -81,7 +81,7 @@ COMMANDS: dict[str, tuple] = {
     "specdiff calibrate [CONFIG.toml] --store S": (SLOW, "calibrate --store {tmp}/s.sqlite --costs sweep --no-plot --json"),
     "specdiff bench speedup --json [--drafters block,dflash]": (
         NOT_RUN, "tunes and times every drafter against plain, HF and HF-assisted decoding: minutes even at 2 problems "
-                 "(`specdiff bench speedup --json --problems 2 --tune-problems 2 --repeats 1` by hand)"),
+                 "(`specdiff bench speedup --json --problems 2 --set tune_problems=2 --repeats 1` by hand)"),
     "specdiff bench verify --json": ("bench verify --json --repeats 1 --vocab 64 --batch 1",),
     "specdiff zoo ...": ("zoo list",),
     "specdiff continuous ...": ("continuous sample --steps 10 --num-samples 4 --out {tmp}/grid.png",),

@@ -22,10 +22,15 @@ def report(rows: dict, tuning: dict, references: dict, settings, suite, verifier
     common = {"rows": rows, "tuning": tuning, "settings": settings.as_dict(), "verifier": settings.verifier,
               "repeats": settings.repeats, "max_new_tokens": settings.max_new_tokens, "threads": settings.threads,
               "seed": settings.seed, "first_problem": settings.first_problem, "tuned_on": suite.tuned_on,
-              "measured_on": suite.measured_on}
+              "measured_on": suite.measured_on, "dtype": _dtype(verifier)}
     if suite.name == "arith":
         return {**_arith(rows, tuning, references, settings), **common}
     return {**_prompts(rows, tuning, references, suite, verifier, steps_kinds), **common}
+
+
+def _dtype(verifier) -> str:
+    """The verifier's parameter dtype ("float32", "bfloat16"): the dtype every row ran in."""
+    return str(next(verifier.model.parameters()).dtype).removeprefix("torch.")
 
 
 def _prompts(rows, tuning, references, suite, verifier, steps_kinds) -> dict:

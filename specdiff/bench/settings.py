@@ -41,7 +41,6 @@ class Settings:
     problems: int | None = _f(None, "prompts measured (None: all from --first-problem on)", flag=True, metavar="N")
     first_problem: int = _f(0, "measure prompts [first, first + problems): re-measure on other prompts", flag=True,
                             metavar="I")
-    tune_problems: int | None = _f(None, "validation prompts for tuning (None: all)", flag=True, metavar="N")
     repeats: int = _f(3, "interleaved timed repeats of every row on each prompt (median per prompt)", flag=True,
                       metavar="N")
     max_new_tokens: int = _f(96, "max new tokens per measured prompt", flag=True, metavar="N")
@@ -49,8 +48,12 @@ class Settings:
     threads: int = _f(1, "torch threads", flag=True, metavar="N")
     sampling: dict = _f({}, "the verifier's sampling, KEY=VALUE pairs of temperature, top_p, top_k ({}: the "
                         "verifier's own; temperature 0: greedy)", flag=True, metavar="temperature=T[,top_p=P,...]")
+    dtype: str | None = _f(None, "the real models' dtype, float32 or bfloat16 (None: bfloat16 where the hardware "
+                           "computes it natively, else float32; the testbed's models always run in float32)",
+                           flag=True, metavar="float32|bfloat16")
     suite: str = _f("arith", "what is measured and tuned on: arith (the testbed's problems) or prompts (files)")
     always_drafters: list = _f([], "drafters always measured; the first is the testbed report's `spec` row")
+    tune_problems: int | None = _f(None, "validation prompts for tuning (None: all)")
     tune_max_new_tokens: int | None = _f(None, "max new tokens per validation prompt while tuning (None: "
                                          "max_new_tokens)")
     tune_repeats: int = _f(1, "interleaved repeats of each validation prompt while tuning")
@@ -187,6 +190,8 @@ def _check(settings: Settings) -> None:
             value = ""
         if rule not in ("linear", "typical", "tv", "cactus") or not value:
             raise ValueError(f"--leniency: expected RULE:VALUE with RULE linear, typical, tv or cactus, got {entry!r}")
+    if settings.dtype not in (None, "float32", "bfloat16"):
+        raise ValueError(f"--dtype: expected float32 or bfloat16, got {settings.dtype!r}")
     for name in ("problems", "tune_problems", "repeats", "max_new_tokens", "threads", "tune_repeats"):
         value = getattr(settings, name)
         if value is not None and not (isinstance(value, int) and value >= 1):

@@ -184,7 +184,7 @@ def _setup(settings):
 
     quiet_transformers()
     torch.set_num_threads(settings.threads)
-    cache = ModelCache()
+    cache = ModelCache(dtype=settings.dtype)
     verifier = cache.get(settings.verifier, "verifier", **settings.sampling)
     return cache, verifier, suites.suite(settings, cache.tokenizer(settings.verifier))
 

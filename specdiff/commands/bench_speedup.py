@@ -23,6 +23,7 @@ ALIASES = {
     "--adaptive-steps": ("+", positive_int, "adaptive_steps", None),
     "--adaptive-blocks": ("+", positive_int, "adaptive_blocks", None),
     "--tradeoff-steps": ("*", positive_int, "tradeoff_steps", None), "--leniency": ("*", str, "leniency", None),
+    "--tune-problems": (None, positive_int, "tune_problems", None),
     "--tune-max-new-tokens": (None, positive_int, "tune_max_new_tokens", None),
     "--tune-repeats": (None, positive_int, "tune_repeats", None),
     "--lookup-ngrams": ("+", positive_int, "ngrams", None),
@@ -31,7 +32,7 @@ ALIASES = {
     "--temperature": (None, float, "sampling.temperature", None), "--top-p": (None, float, "sampling.top_p", None),
     "--top-k": (None, int, "sampling.top_k", None),
 }
-FLAG_TYPES = {"problems": positive_int, "first_problem": nonnegative_int, "tune_problems": positive_int,
+FLAG_TYPES = {"problems": positive_int, "first_problem": nonnegative_int,
               "repeats": positive_int, "max_new_tokens": positive_int, "threads": positive_int, "seed": int}
 
 
@@ -81,6 +82,8 @@ def _arguments(parser, tune: bool) -> None:
             parser.add_argument(flag, action="append", metavar=field.metadata["metavar"], help=help_text)
         elif field.name == "sampling":
             parser.add_argument(flag, metavar=field.metadata["metavar"], help=help_text)
+        elif field.name == "dtype":
+            parser.add_argument(flag, choices=("float32", "bfloat16"), metavar=field.metadata["metavar"], help=help_text)
         else:
             parser.add_argument(flag, type=FLAG_TYPES.get(field.name, str), metavar=field.metadata["metavar"],
                                 help=help_text)

@@ -29,6 +29,9 @@ def register(subparsers) -> None:
     distill.add_argument("--draft-vocab", type=positive_int, default=None,
                          help="dflash, masked: draft vocabulary size (default 8192)")
     distill.add_argument("--threads", type=positive_int, default=None, help="torch threads (default: torch's)")
+    distill.add_argument("--dtype", choices=("auto", "float32", "bfloat16"), default=None,
+                         help="the frozen verifier's dtype while training (the drafter trains in float32 on its "
+                              "states; default auto: bfloat16 on CUDA or a CPU with native bfloat16, else float32)")
     distill.add_argument("--seed", type=int, default=0)
     distill.add_argument("--json", action="store_true", help="print the training summary as JSON")
     sub = distill.add_subparsers(dest="distill_command", metavar="DISTILL_COMMAND")
@@ -95,7 +98,7 @@ def run_train(args) -> int:
     data = args.data or f"data/distill/{args.verifier}"
     summary = train(args.kind, args.verifier, data, args.out, steps=args.steps,
                     draft_size=args.draft_vocab or DRAFT_SIZE, seed=args.seed, show_progress=not args.json,
-                    shards=args.shards)
+                    shards=args.shards, dtype=args.dtype)
     summary["out"] = args.out
     print(json.dumps(summary) if args.json else "  ".join(f"{k}: {v}" for k, v in summary.items()))
     return 0

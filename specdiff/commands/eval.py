@@ -18,6 +18,7 @@ import os
 
 from specdiff.argtypes import positive_int
 from specdiff.flags import add_generation_flags, sampling_of
+from specdiff.lm import precision
 from specdiff.runs.config import check_generation_args, run_config_from_args
 
 MAX_NEW_TOKENS = {"arith": 96}  # the demo's budget on the testbed; other tasks default to DEFAULT_MAX_NEW_TOKENS
@@ -66,13 +67,15 @@ def run(args) -> int:
     config = eval_config(args)
     result = evaluate(config, task, problems, args.max_new_tokens, seed=args.seed, boxed=args.boxed,
                       timeout_s=args.timeout_s, progress=not args.json, on_sandbox=None if args.json else (
-                          lambda n: print(f"running {n} completions in the sandbox ...", flush=True)))
+                          lambda n: print(f"running {n} completions in the sandbox ...", flush=True)),
+                      dtype=args.dtype, device=args.device)
     out = {"task": task.name, "problems": len(problems), "max_new_tokens": args.max_new_tokens, "seed": args.seed,
            "threads": args.threads, "boxed": args.boxed, **result, "config": config.as_dict()}
     if args.json:
         print(json.dumps(out, indent=1))
     else:
         print(format_summary(out))
+        print(f"  dtype             {precision.describe(out['dtype'], args.dtype, args.device or 'cpu')}")
     return 0
 
 

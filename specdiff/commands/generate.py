@@ -8,6 +8,7 @@ import os
 import sys
 
 from specdiff.argtypes import positive_int
+from specdiff.lm import precision
 # add_generation_flags and sampling_of live in specdiff.flags; sampling_of stays importable from here for
 # commands/bench_speedup.py until its owner imports it from specdiff.flags
 from specdiff.flags import add_generation_flags, sampling_of  # noqa: F401
@@ -79,7 +80,7 @@ def run(args) -> int:
     quiet_transformers()
     if args.threads:
         torch.set_num_threads(args.threads)
-    cache = ModelCache(device=args.device)
+    cache = ModelCache(device=args.device, dtype=args.dtype)
     if args.router is not None:
         from specdiff.runs.routing import generate_routed
 
@@ -99,6 +100,7 @@ def run(args) -> int:
             out = generator.generate(prompts, max_new_tokens=args.max_new_tokens, progress=not args.json,
                                      generator=seed)
         result = {"config": config.as_dict(), "exact": generator.exact, "summary": out.summary.as_dict(),
+                  "dtype": precision.of_model(generator.verifier.model),
                   "generations": [{"prompt": p, **extra, "text": t, "token_ids": ids, "stats": s.as_dict()}
                                   for p, extra, t, ids, s in zip(prompts, args.prompt_extras, out.texts,
                                                                  out.token_ids, out.stats)]}
@@ -106,6 +108,8 @@ def run(args) -> int:
     if args.json:
         print(json.dumps(result, indent=1))
         return 0
+    if "dtype" in result:
+        print(f"dtype: {precision.describe(result['dtype'], args.dtype, args.device or 'cpu')}")
     for generation in result["generations"]:
         stats = generation["stats"]
         if not (args.stream and args.router is None):

@@ -27,6 +27,9 @@ def register(subparsers) -> None:
     p.add_argument("--workers", type=int, default=1, help="parallel workers (default 1: timings without contention)")
     p.add_argument("--ray-address", default=None,
                    help="a running Ray cluster (ray.init(address=...)); default RAY_ADDRESS, else a local one")
+    p.add_argument("--dtype", choices=("auto", "float32", "bfloat16"), default=None,
+                   help="a real verifier's dtype (overrides [run] dtype; default auto: bfloat16 where the hardware "
+                        "computes it natively, else float32; the testbed's models stay float32)")
     p.add_argument("--check", action="store_true", help="check the config and print the configurations; run nothing")
     p.add_argument("--json", action="store_true", help="print the summary as JSON (and no progress bars)")
     p.set_defaults(handler=run)
@@ -46,7 +49,7 @@ def run(args) -> int:
     from specdiff.runs.sweep import run_sweep
 
     summary = run_sweep(args.config, args.store, args.backend, args.workers, args.ray_address,
-                        progress=not args.json)
+                        progress=not args.json, dtype=args.dtype)
     print(json.dumps(summary, indent=1))
     if not args.json:
         print(f"next: specdiff frontier {args.store}   |   specdiff report {args.store}", file=sys.stderr)

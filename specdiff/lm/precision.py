@@ -62,3 +62,17 @@ def torch_dtype(name: str):
     import torch
 
     return getattr(torch, name)
+
+
+def describe(actual: str, requested: str | None = None, device: str = "cpu") -> str:
+    """The output's line on precision: the dtype the verifier ran in (`actual`) and why."""
+    if requested not in (None, "auto") and actual == requested:
+        return f"{actual} (--dtype)"
+    if actual == "float32" and (requested not in (None, "auto") or default_dtype(device) != "float32"):
+        return "float32 (the testbed's models always run in float32)"
+    return describe_default(device)
+
+
+def of_model(model) -> str:
+    """A model's parameter dtype by name ("float32", "bfloat16")."""
+    return str(next(model.parameters()).dtype).removeprefix("torch.")

@@ -6,22 +6,27 @@ task's `score` (HumanEval in the sandbox). Prompts without reference answers are
 """
 from __future__ import annotations
 
+from specdiff.lm import precision
+
 
 def evaluate(config, task, problems, max_new_tokens: int, seed: int = 0, boxed: bool = False,
-             timeout_s: float = 5.0, progress: bool = True, on_sandbox=None) -> dict:
+             timeout_s: float = 5.0, progress: bool = True, on_sandbox=None, dtype: str | None = None,
+             device: str | None = None) -> dict:
     """run_config's result with per-problem ids, scores and accuracy (accuracy None where nothing has a
-    reference). on_sandbox(n) is called before n HumanEval completions run in the sandbox."""
+    reference), and `dtype`, the verifier's. on_sandbox(n) is called before n HumanEval completions run in the
+    sandbox. dtype, device: of the real models (`specdiff.models.ModelCache`)."""
     from specdiff.eval.tasks import prompts as prompts_task
     from specdiff.eval.tasks import summarize
     from specdiff.runs import ModelCache, run_config
 
-    cache = ModelCache()
+    cache = ModelCache(device=device, dtype=dtype)
     tokenizer = cache.tokenizer(config.verifier)  # unknown model names fail here, before any weights load
     if config.drafter is not None:
         cache.tokenizer(config.drafter)
     prompts = [task.build_prompt(p, tokenizer, boxed=boxed) for p in problems]
     run_config(config, prompts[:1], None, cache, 8)  # warm-up, so that the timed run is not cold
     result = run_config(config, prompts, None, cache, max_new_tokens, seed=seed, progress=progress)
+    result["dtype"] = precision.of_model(cache.get(config.verifier, "verifier").model)
     texts = [record["text"] for record in result["records"]]
     if task.name == "prompts" and not prompts_task.has_references(problems):
         for problem, record in zip(problems, result["records"]):  # no references: speed and acceptance only

@@ -15,19 +15,23 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from specdiff.lm import precision
 from specdiff.runs.sweep_config import load_config
 
 
 def run_sweep(config_path: str | Path, store_path: str | Path, backend: str = "process", workers: int = 1,
-              ray_address: str | None = None, progress: bool = True, on_row=None) -> dict:
+              ray_address: str | None = None, progress: bool = True, on_row=None, dtype: str | None = None) -> dict:
     """Checks the config, opens (or creates) the store, runs every unfinished (configuration, problem)
-    and returns a summary. on_row(row) is called after each row is written (tests use it)."""
+    and returns a summary. on_row(row) is called after each row is written (tests use it). dtype: overrides
+    [run] dtype (a store keeps the dtype it was started with: another one is refused)."""
     from specdiff.eval.runner import execute, pending
     from specdiff.eval.sweepstore import SweepStore
 
     if workers < 1:
         raise ValueError(f"--workers must be >= 1, got {workers}")
     settings, configs, source = load_config(config_path)
+    if dtype is not None:
+        settings["run"]["dtype"] = precision.resolve(dtype)
     try:
         ids = problem_ids(settings)
     except (OSError, ValueError) as error:
@@ -53,7 +57,8 @@ def run_sweep(config_path: str | Path, store_path: str | Path, backend: str = "p
         store.close()
     return {"store": str(store_path), "configurations": len(configs), "problems": len(ids),
             "rows": {"total": len(units), "resumed": len(units) - len(todo), "run": len(todo), "in_store": rows},
-            "backend": backend, "workers": workers, "wall_seconds": time.perf_counter() - start}
+            "backend": backend, "workers": workers, "dtype": settings["run"].get("dtype") or "default",
+            "wall_seconds": time.perf_counter() - start}
 
 
 def problem_ids(settings: dict) -> list[str]:
@@ -112,7 +117,7 @@ def _models(settings: dict, config):
 
         logging.disable_progress_bar()
         device = "cuda" if torch.cuda.is_available() else None  # a Ray worker given a GPU uses it
-        _CACHE["models"], _CACHE["warm"] = ModelCache(device=device), set()
+        _CACHE["models"], _CACHE["warm"] = ModelCache(device=device, dtype=settings["run"].get("dtype")), set()
     cache = _CACHE["models"]
     if (config.drafter, config.verifier) not in _CACHE["warm"]:
         run_config(config, ["1 + 1 =\n"], None, cache, 8)  # a raw prompt: every tokenizer takes it

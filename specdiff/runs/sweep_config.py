@@ -37,6 +37,9 @@ SCHEMA = {
     "run": {
         "seed": Field("int", "seed of every problem's draws", default=0, low=0),
         "threads": Field("int", "torch threads per worker", default=1, low=1, high=256),
+        "dtype": Field("str", "a real verifier's dtype, its drafter following (default: bfloat16 where the hardware "
+                              "computes it natively, else float32; the testbed's models stay float32)",
+                       choices=("float32", "bfloat16")),
     },
     "grid": {
         "steps": Field("int", "diffusion effort: K denoising steps per round", many=True, low=1, high=4096),

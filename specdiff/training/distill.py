@@ -52,12 +52,14 @@ class Recipe:
 
 def train(kind: str, verifier: str, data_dir: str | Path, out: str | Path, steps: int | None = None,
           draft_size: int = DRAFT_SIZE, seed: int = 0, show_progress: bool = True, save_every_s: float = 120.0,
-          until_step: int | None = None, shards: int | None = None, **options) -> dict:
+          until_step: int | None = None, shards: int | None = None, dtype: str | None = None, **options) -> dict:
     """Trains (or resumes) a `kind` drafter for `verifier` into `out`; writes the final weights there and returns a
     summary (steps, seconds, final loss, draft vocabulary size). until_step: stop there (saved, to be resumed:
     the schedule is still the one of `steps`). shards: train on the first `shards` data shards only (default
-    all; a resumed run keeps its own)."""
+    all; a resumed run keeps its own). dtype: the frozen verifier's (None: `lm.precision`'s default; a resumed run
+    keeps its own); the drafter trains in float32 on the verifier's states in that dtype, as it will see them."""
     from specdiff import models
+    from specdiff.lm import precision
 
     if kind not in RECIPES:
         raise ValueError(f"unknown drafter kind {kind!r} to distill; choose from {', '.join(RECIPES)}")
@@ -73,10 +75,11 @@ def train(kind: str, verifier: str, data_dir: str | Path, out: str | Path, steps
                              f"not a {kind} drafter for {verifier}: use another --out")
         settings = {**state["settings"], "steps": steps or state["settings"]["steps"]}  # the run's own settings
     settings["shards"] = settings.get("shards", shards)
+    settings["dtype"] = settings.get("dtype") or precision.resolve(dtype)
     conversations = data.conversations(data_dir, verifier, settings["shards"])
     if not conversations:
         raise ValueError(f"{data_dir} holds no conversations: run `specdiff distill data --verifier {verifier}`")
-    target = models.load(verifier).model.float().eval().requires_grad_(False)
+    target = models.load(verifier, dtype=settings["dtype"]).model.eval().requires_grad_(False)
     vocab = int(target.config.vocab_size)
     eos = [int(e) for e in np.atleast_1d(target.generation_config.eos_token_id or [])]
     d2t = (np.asarray(state["d2t"]) if state is not None else
@@ -119,12 +122,12 @@ def _pick(conversations, settings, generator) -> tuple[list[int], list]:
 def _dflash_loss(model, target, conversations, settings, d2t, data_dir, out, show_progress):
     """`dflash` over `anchors` blocks per conversation, on the verifier's cached hidden states."""
     layers = list(model.config.target_layer_ids)
-    states = data.verifier_states(target, layers, data_dir, out / ("hidden-" + "-".join(map(str, layers))),
-                                  show_progress, settings["shards"])
+    folder = "hidden-" + "-".join(map(str, layers)) + ("" if settings["dtype"] == "float32" else "-" + settings["dtype"])
+    states = data.verifier_states(target, layers, data_dir, out / folder, show_progress, settings["shards"])
     to_draft = torch.full((len(target.get_input_embeddings().weight),), -100, dtype=torch.long)
     to_draft[torch.as_tensor(d2t)] = torch.arange(len(d2t))
-    tables = dict(embeddings=target.get_input_embeddings().weight,
-                  head=target.get_output_embeddings().weight[torch.as_tensor(d2t)], to_draft=to_draft)
+    tables = dict(embeddings=target.get_input_embeddings().weight.float(),  # the drafter trains in float32
+                  head=target.get_output_embeddings().weight[torch.as_tensor(d2t)].float(), to_draft=to_draft)
 
     def step_loss(step: int, generator: torch.Generator) -> torch.Tensor:
         picks, chosen = _pick(conversations, settings, generator)

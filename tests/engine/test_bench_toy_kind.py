@@ -13,7 +13,7 @@ from specdiff.commands import bench_speedup
 from specdiff.drafters import registry
 from specdiff.drafters.autoregressive import AutoregressiveKind
 
-TINY = ["--json", "--problems", "1", "--tune-problems", "1", "--repeats", "1", "--max-new-tokens", "12",
+TINY = ["--json", "--problems", "1", "--set", "tune_problems=1", "--repeats", "1", "--max-new-tokens", "12",
         "--set", "blocks=[4]", "--set", "steps=[1]", "--set", "caches=[\"off\"]", "--set", "controllers=[]",
         "--set", "batch_sizes=[]"]
 
@@ -99,7 +99,7 @@ def toy_kind():
 
 
 def test_a_kind_registered_from_a_test_file_runs_through_bench_speedup(toy_kind, capsys):
-    argv = ["--json", "--problems", "1", "--tune-problems", "1", "--repeats", "1", "--max-new-tokens", "12",
+    argv = ["--json", "--problems", "1", "--set", "tune_problems=1", "--repeats", "1", "--max-new-tokens", "12",
             "--set", "steps=[1]", "--set", "caches=[\"off\"]", "--set", "batch_sizes=[]", "--set", "controllers=[]",
             "--set", "kind_controllers=[\"acceptance:margin=2\"]", "--drafters", "toy"]
     assert main(["bench", "speedup", *argv]) == 0

@@ -85,7 +85,7 @@ ADAPTIVE_GRID = ["--controllers", "confidence:floor=0,finish=0.9", "--adaptive-s
 
 
 def test_bench_speedup_keys(capsys):
-    assert main(["bench", "speedup", "--json", "--problems", "2", "--tune-problems", "2", "--repeats", "1",
+    assert main(["bench", "speedup", "--json", "--problems", "2", "--set", "tune_problems=2", "--repeats", "1",
                  "--steps", "1", "--blocks", "8", "--max-new-tokens", "24", *ADAPTIVE_GRID]) == 0
     out = json.loads(capsys.readouterr().out)
     for key in ("speedup_vs_ar", "speedup_vs_hf_assisted", "speedup_ar_drafter_vs_ar", "accuracy_ar", "accuracy_spec",
@@ -148,7 +148,7 @@ def test_each_kind_gets_its_own_effort_knob(new_drafters):
 
 
 def test_bench_speedup_reports_each_kind_side_by_side(new_drafters, capsys):
-    assert main(["bench", "speedup", "--json", "--problems", "2", "--tune-problems", "2", "--repeats", "1",
+    assert main(["bench", "speedup", "--json", "--problems", "2", "--set", "tune_problems=2", "--repeats", "1",
                  "--steps", "1", "--blocks", "8", "12", "--caches", "persistent", "--max-new-tokens", "24",
                  "--drafters", "block,uniform", "--drafters", "dflash", "--block-steps", "2", "--block-taus", "0.9",
                  "--uniform-steps", "1", *ADAPTIVE_GRID, "--kind-controllers", "acceptance:margin=2"]) == 0
