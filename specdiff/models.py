@@ -159,8 +159,11 @@ class ModelCache:
             wrapped.name = str(name)  # named in a distilled drafter's refusal
             return wrapped
         spec = registry.find(name)
-        if spec is not None and not spec.needs_model:  # prompt lookup: no model; its own knobs are its options
-            return spec.build(**{k: v for k, v in options.items() if k in spec.option_keys})
+        if spec is not None and not spec.needs_model:  # lookup, datastore, hybrid: its own knobs are its options
+            own = {k: v for k, v in options.items() if k in spec.option_keys}
+            parts = [self.get(part or default_drafter(verifier.name), "drafter", verifier=verifier, **part_options)
+                     for part, part_options in spec.parts(getattr(verifier, "name", None), own)]
+            return spec.build(target=verifier, **({"parts": parts} if parts else {}), **own)
         folder = distilled.folder(name)
         if folder is not None:  # distilled for a real verifier: built once around the verifier's shared weights
             if verifier is None:

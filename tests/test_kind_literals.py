@@ -16,8 +16,10 @@ from specdiff.drafters import registry
 
 ROOT = Path(specdiff.__file__).parent
 KIND_MODULES = {"drafters/registry.py", "drafters/masked.py", "drafters/block.py", "drafters/uniform.py",
-                "drafters/dflash.py", "drafters/autoregressive.py", "drafters/lookup.py"}
-OTHER_VOCABULARIES = {"method", "rejection_sample_method", "committed_attention"}  # "block" verification / attention
+                "drafters/dflash.py", "drafters/autoregressive.py", "drafters/lookup.py", "drafters/datastore.py",
+                "drafters/hybrid.py"}
+# "block" verification / attention; "hybrid" verifiers (recurrent-state layers), not the hybrid proposer
+OTHER_VOCABULARIES = {"method", "rejection_sample_method", "committed_attention", "layer_type", "architecture"}
 
 
 def _kind_words() -> set[str]:

@@ -4,7 +4,7 @@ Qwen3.5-shaped pair when none is given)."""
 from __future__ import annotations
 
 
-def tiny_pair(kind: str, layers: int = 4, hidden: int = 64, vocab: int = 256, seed: int = 0):
+def tiny_pair(architecture: str, layers: int = 4, hidden: int = 64, vocab: int = 256, seed: int = 0):
     """(verifier, drafter): a Qwen3.5-shaped hybrid (3 Gated DeltaNet layers per full-attention layer) or a Qwen3
     of the same width and depth; the drafter is the verifier with every weight moved by 3 % of its spread."""
     import copy
@@ -16,7 +16,7 @@ def tiny_pair(kind: str, layers: int = 4, hidden: int = 64, vocab: int = 256, se
                   num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=512,
                   pad_token_id=0, bos_token_id=None, eos_token_id=None, tie_word_embeddings=False, initializer_range=0.2)
     torch.manual_seed(seed)
-    if kind == "hybrid":
+    if architecture == "hybrid":
         types = ["full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(layers)]
         config = transformers.Qwen3_5TextConfig(**common, layer_types=types, linear_num_value_heads=4,
                                                 linear_num_key_heads=2, linear_key_head_dim=16,

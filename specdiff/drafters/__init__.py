@@ -2,6 +2,6 @@
 
 Importing the package registers every built-in kind (each module registers its own `KindSpec`)."""
 from specdiff.drafters.base import Draft, Drafter, filter_logits
-from specdiff.drafters import autoregressive, block, dflash, lookup, masked, uniform  # noqa: F401  (register)
+from specdiff.drafters import autoregressive, block, datastore, dflash, hybrid, lookup, masked, uniform  # noqa: F401
 
 __all__ = ["Draft", "Drafter", "filter_logits"]

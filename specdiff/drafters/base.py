@@ -6,6 +6,7 @@ A drafter is stateful. For each batch of prompts the engine calls, in this order
     repeat until every row is done:
         draft = drafter.propose(ids, key_mask, B)  # B tokens per row, and q
         drafter.commit(num_accepted)               # how many of them were accepted
+                                                   # (or skip(num_accepted): a round it did not propose for)
         drafter.select(rows)                       # only when some rows finished
 
 Terms:
@@ -124,6 +125,12 @@ class Drafter:
     @torch.inference_mode()
     def commit(self, num_accepted: torch.Tensor, verifier_hidden: torch.Tensor | None = None) -> None:
         """num_accepted [b]: how many leading tokens of the last proposal were accepted."""
+
+    @torch.inference_mode()
+    def skip(self, num_accepted: torch.Tensor, verifier_hidden: torch.Tensor | None = None) -> None:
+        """A round verified without this drafter's proposal (a hybrid proposer's free draft): its committed tokens
+        reach the drafter in the next `ids`, as always; a drafter fed the verifier's hidden states takes this
+        round's here (the first num_accepted[r] + 1 of row r, as in `commit`)."""
 
     @torch.inference_mode()
     def select(self, rows: torch.Tensor) -> None:

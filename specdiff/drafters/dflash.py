@@ -131,14 +131,17 @@ class DFlashDrafter(Drafter):
 
     @torch.inference_mode()
     def commit(self, num_accepted: torch.Tensor, verifier_hidden: torch.Tensor | None = None) -> None:
-        """verifier_hidden [b, B + 1, H * layers]: row r's first num_accepted[r] + 1 are committed."""
+        """verifier_hidden [b, B + 1, H * layers]: row r's first num_accepted[r] + 1 are committed. They join the
+        states not yet projected (none after a proposal; a skipped round's otherwise)."""
         if verifier_hidden is None:
             raise ValueError("DFlashDrafter.commit needs the verifier's hidden states of the round")
-        self.pending = verifier_hidden
         rows = torch.arange(verifier_hidden.shape[0], device=verifier_hidden.device)
         self.last_state = verifier_hidden[rows, num_accepted.to(verifier_hidden.device)]  # the new anchor's predecessor
         columns = torch.arange(verifier_hidden.shape[1], device=verifier_hidden.device)[None, :]
-        self.pending_mask = columns <= num_accepted[:, None]
+        self.pending = torch.cat([self.pending, verifier_hidden.to(self.pending.dtype)], dim=1)
+        self.pending_mask = torch.cat([self.pending_mask, columns <= num_accepted[:, None]], dim=1)
+
+    skip = commit  # a round without its proposal: the same states to keep
 
     @torch.inference_mode()
     def select(self, rows: torch.Tensor) -> None:

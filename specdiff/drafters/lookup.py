@@ -34,6 +34,7 @@ class PromptLookupDrafter(Drafter):
         self.max_draft = None if max_draft is None else int(max_draft)
         self.model = None
         self._vocab_size = None
+        self.match_lengths: list[int] = []  # per row, the n-gram size of the last proposal's match (0: none)
 
     @property
     def vocab_size(self) -> int | None:
@@ -53,7 +54,8 @@ class PromptLookupDrafter(Drafter):
         W = the longest draft (>= 1 column; rows past their length hold a filler that is never verified)."""
         limit = block_size if self.max_draft is None else min(block_size, self.max_draft)
         rows = [row[mask].tolist() for row, mask in zip(ids.cpu(), key_mask.cpu())]  # host: one copy per round
-        drafts = [self._lookup(row, limit) for row in rows]
+        found = [self._lookup(row, limit) for row in rows]
+        drafts, self.match_lengths = [d for d, _ in found], [n for _, n in found]
         width = max(1, max(len(d) for d in drafts))
         tokens = torch.zeros(len(drafts), width, dtype=torch.long)
         for r, draft in enumerate(drafts):
@@ -61,9 +63,9 @@ class PromptLookupDrafter(Drafter):
         lengths = torch.tensor([len(d) for d in drafts], dtype=torch.long)
         return Draft(tokens=tokens.to(ids.device), probs=None, lengths=lengths.to(ids.device))
 
-    def _lookup(self, row: list[int], limit: int) -> list[int]:
-        """The tokens after the most recent earlier occurrence of the row's last n tokens that is followed by
-        `limit` tokens (else the one followed by the most), longest n first."""
+    def _lookup(self, row: list[int], limit: int) -> tuple[list[int], int]:
+        """(the tokens after the most recent earlier occurrence of the row's last n tokens that is followed by
+        `limit` tokens (else the one followed by the most), longest n first; that n, 0 without a match)."""
         length = len(row)
         for n in range(min(self.max_ngram, length - 1), self.min_ngram - 1, -1):
             tail, best = row[length - n:], []
@@ -72,11 +74,11 @@ class PromptLookupDrafter(Drafter):
                 if row[i] == tail[0] and row[i:i + n] == tail:
                     found = row[i + n:i + n + limit]
                     if len(found) == limit:
-                        return found
+                        return found, n
                     best = found if len(found) > len(best) else best
             if best:
-                return best
-        return []
+                return best, n
+        return [], 0
 
 
 class LookupKind(KindSpec):

@@ -15,6 +15,7 @@ Terms:
 - effort: the effort knobs it reads from a run configuration ("steps", "threshold"; none: one step per round);
 - needs_model: False for drafters built without a checkpoint (prompt lookup);
 - build(model, config, defaults, tokenizer, target, **options): the drafter around a loaded model;
+  parts(verifier_name, options): the drafters a composed kind is built from (the hybrid proposer);
 - run_options(run): the drafter keyword arguments of a `RunConfig` (duck-typed: steps, threshold, ...);
 - marginal_exact(effort): whether its q is the exact marginal at that effort, so that marginal-mode
   verification is lossless (otherwise it is verified as a point mass);
@@ -72,6 +73,12 @@ class KindSpec:
 
     def build(self, model, config: dict, defaults: dict, tokenizer, target=None, **options):
         raise NotImplementedError
+
+    def parts(self, verifier_name: str | None, options: dict) -> list[tuple[str | None, dict]]:
+        """A kind built from other drafters (the hybrid proposer): (drafter name, options) of each, which the model
+        cache builds beside the verifier and passes to `build` as `parts` (a name None: the verifier's default
+        drafter). Most kinds have none."""
+        return []
 
     def build_distilled(self, model, verifier, draft_to_target, **options):
         raise ValueError(f"no distilled drafter of kind {self.name!r}")

@@ -151,14 +151,15 @@ class SpeculativeGenerator:
                 raise NonFiniteLogits(error.who, error.kind, round_index) from None
             sync()
             drafted = time.perf_counter()
-            if draft.probs is None and self.proposal == "marginal":
+            if draft.probs is None and self.proposal == "marginal" and not getattr(drafter, "free_point_masses", False):
                 raise ValueError("the drafter returned no probabilities: use proposal='point_mass'")
             width = draft.tokens.shape[1]  # B, or max L_r with a controller or ragged drafts (0: none drafted)
             chunk = torch.cat([ids[:, -1:], draft.tokens], dim=1)  # [b, W+1]: last committed, y_1..y_W
             target_logits, hidden = verifier.score(chunk, layers)  # [b, W+1, V]
             sync()
             scored = time.perf_counter()
-            draft_logits = None if self.proposal == "point_mass" else draft.probs.log()  # [b, W, V]
+            # q: None is a point mass on each drafted token (point-mass mode; a hybrid's round of free drafts)
+            draft_logits = None if self.proposal == "point_mass" or draft.probs is None else draft.probs.log()
             # support="untruncated": drafts are measured against p before top-p / top-k, [b, W, V]
             untruncated = verifier.untruncated_logits()[:, :-1] if self.rule.support == "untruncated" else None
             if draft.lengths is None:

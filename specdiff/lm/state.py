@@ -78,7 +78,7 @@ def _is_stateful(model) -> bool:
         layer_types, _ = get_layer_types_and_kwargs(config)
     except Exception:  # a config without per-layer information: an attention model
         layer_types = []
-    return any(kind in ("linear_attention", "conv", "hybrid", "hybrid_sliding") for kind in layer_types) or bool(
+    return any(layer_type in ("linear_attention", "conv", "hybrid", "hybrid_sliding") for layer_type in layer_types) or bool(
         _stateful_modules(model))
 
 

@@ -13,13 +13,13 @@ from specdiff.drafters.lookup import PromptLookupDrafter
 
 def test_lookup_drafts_what_followed_the_latest_match_longest_ngram_first():
     drafter = PromptLookupDrafter(max_ngram=3)
-    assert drafter._lookup([5, 6, 7, 8, 9, 5, 6], limit=3) == [7, 8, 9]  # bigram (5, 6) seen at 0
+    assert drafter._lookup([5, 6, 7, 8, 9, 5, 6], limit=3) == ([7, 8, 9], 2)  # bigram (5, 6) seen at 0
     # the trigram (1, 2, 3) wins over the later unigram match of 3
-    assert drafter._lookup([1, 2, 3, 4, 9, 3, 7, 1, 2, 3], limit=2) == [4, 9]
-    assert drafter._lookup([1, 2, 3, 4], limit=4) == []  # nothing repeats: no draft
+    assert drafter._lookup([1, 2, 3, 4, 9, 3, 7, 1, 2, 3], limit=2) == ([4, 9], 3)
+    assert drafter._lookup([1, 2, 3, 4], limit=4) == ([], 0)  # nothing repeats: no draft
     # a match followed by fewer tokens than the limit gives way to an earlier one followed by enough
-    assert drafter._lookup([4, 1, 2, 3, 5, 4, 4], limit=2) == [1, 2]
-    assert drafter._lookup([7, 7, 7], limit=4) == [7]
+    assert drafter._lookup([4, 1, 2, 3, 5, 4, 4], limit=2) == ([1, 2], 1)
+    assert drafter._lookup([7, 7, 7], limit=4) == ([7], 2)
 
 
 def test_propose_is_ragged_and_pads_rows_without_a_match():
@@ -27,7 +27,7 @@ def test_propose_is_ragged_and_pads_rows_without_a_match():
     ids = torch.tensor([[0, 0, 1, 2, 3, 1, 2], [4, 5, 6, 7, 8, 9, 10]])  # row 1: no repeat at all
     mask = torch.tensor([[False, False, True, True, True, True, True], [True] * 7])
     draft = drafter.propose(ids, mask, block_size=4)
-    assert draft.probs is None and draft.lengths.tolist() == [3, 0]
+    assert draft.probs is None and draft.lengths.tolist() == [3, 0] and drafter.match_lengths == [2, 0]
     assert draft.tokens[0, :3].tolist() == [3, 1, 2]
     none = drafter.propose(ids[1:], mask[1:], block_size=4)
     assert none.lengths.tolist() == [0] and none.tokens.shape == (1, 1)
