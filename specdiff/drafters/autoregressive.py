@@ -2,7 +2,9 @@
 and the first paper's Figure 2(b).
 
 Drafts B tokens one at a time, each sampled from the drafter's filtered next-token distribution
-given the tokens to its left, so marginal-mode verification is exact for it. It keeps its own KV
+given the tokens to its left, so marginal-mode verification is exact for it. At temperature 0 the draft is
+the argmax chain, a deterministic function of the committed tokens: the drafter is then a `point_mass`
+drafter and forms no distribution. It keeps its own KV
 cache across rounds: each round feeds only the committed tokens it has not cached yet (the
 correction or bonus token, and the last drafted token after a fully accepted round), and
 `commit` crops what it cached for rejected drafts.
@@ -33,6 +35,7 @@ class AutoregressiveDrafter(Drafter):
     def __init__(self, model, temperature: float = 0.7, top_p: float = 0.8, top_k: int = 20):
         check_sampling(temperature, top_p, top_k, "AutoregressiveDrafter")
         self.model, self.temperature, self.top_p, self.top_k = model, temperature, top_p, top_k
+        self.point_mass = temperature == 0  # greedy drafts are deterministic: verified with q = onehot(y)
         self.cache, self.cache_mask, self.drafted_in_cache = None, None, 0
         self.stateful = is_stateful(model)
         if self.stateful:
@@ -64,16 +67,19 @@ class AutoregressiveDrafter(Drafter):
             self.cache.begin(checkpoints=True)
         tokens, probs = [], []
         for i in range(block_size):
-            step_probs = sampling_probs(logits, self.temperature, self.top_p, self.top_k)  # [b, V]
-            token = sample_rows(step_probs, generator)[:, None]  # [b, 1]
+            if self.point_mass:  # greedy: the argmax, no distribution formed
+                token = logits.argmax(-1, keepdim=True)  # [b, 1]
+            else:
+                step_probs = sampling_probs(logits, self.temperature, self.top_p, self.top_k)  # [b, V]
+                token = sample_rows(step_probs, generator)[:, None]  # [b, 1]
+                probs.append(step_probs)
             tokens.append(token)
-            probs.append(step_probs)
             if i + 1 < block_size:  # the last drafted token is never fed: the verifier decides its successor
                 logits = self._forward(token, torch.ones_like(token, dtype=torch.bool))
                 if self.stateful:
                     self.cache.checkpoint()
         self.drafted_in_cache = block_size - 1
-        return Draft(tokens=torch.cat(tokens, dim=1), probs=torch.stack(probs, dim=1))
+        return Draft(tokens=torch.cat(tokens, dim=1), probs=torch.stack(probs, dim=1) if probs else None)
 
     def _forward(self, chunk: torch.Tensor, chunk_mask: torch.Tensor) -> torch.Tensor:
         """Feeds chunk [b, n] (chunk_mask False on columns to skip) on the cache; logits of the last column."""

@@ -25,7 +25,9 @@ attention; the drafter keeps that state per row (`start`, `commit`, `select`).
 Exactness (marginal mode): exact. One step: given the committed tokens, the B tokens are drawn
 independently, each from its q (the paper's K = 1 case). The paper drafts with DFlash greedily
 (temperature 0: q is a point mass on the argmax, and marginal verification is point-mass
-verification).
+verification); then the drafter is a `point_mass` drafter and forms no distribution at all: the argmax of its
+(draft-vocabulary) logits, mapped to the verifier's ids, is the draft (issue 41, item 3: no scatter into the
+49,152 ids and no softmax over them per position).
 """
 from __future__ import annotations
 
@@ -57,6 +59,7 @@ class DFlashDrafter(Drafter):
                              f"({target.config.hidden_size}): it was trained for another verifier")
         self.model, self.target = model, target
         self.temperature, self.top_p, self.top_k = temperature, top_p, top_k
+        self.point_mass = temperature == 0  # greedy drafts are deterministic: verified with q = onehot(y)
         self.mask_token_id = int(config.mask_token_id if mask_token_id is None else mask_token_id)
         if not 0 <= self.mask_token_id < target.get_input_embeddings().weight.shape[0]:
             raise ValueError(f"mask_token_id {self.mask_token_id} is outside the verifier's embedding table")
@@ -124,9 +127,15 @@ class DFlashDrafter(Drafter):
         states = out.last_hidden_state[:, 1:].to(head.weight.dtype)  # [b, B, H]
         logits = head(states) if self.head_weight is None else states @ self.head_weight.T  # [b, B, V or V_d]
         check_finite(logits, "drafter")
+        confidence = torch.softmax(logits.float(), dim=-1).amax(-1)  # [b, B]: for a controller's floor (V_d: same)
+        if self.point_mass:  # greedy: the argmax row, no distribution over the verifier's vocabulary formed
+            if self.draft_to_target is None:
+                tokens = self.trim(logits).argmax(-1)  # [b, B]: a verifier id (trim: a view)
+            else:
+                tokens = self.draft_to_target[logits.argmax(-1)]  # [b, B]: a draft-vocabulary row, to its id
+            return Draft(tokens=tokens, probs=None, confidence=confidence)
         probs = sampling_probs(self.trim(logits), self.temperature, self.top_p, self.top_k)  # [b, B, V]
         tokens = torch.multinomial(probs.view(-1, probs.shape[-1]), 1, generator=generator).view(batch, block_size)
-        confidence = torch.softmax(logits.float(), dim=-1).amax(-1)  # [b, B]: for a controller's floor (V_d: same)
         return Draft(tokens=tokens, probs=probs, confidence=confidence)
 
     @torch.inference_mode()
