@@ -236,10 +236,12 @@ class DatastoreKind(KindSpec):
             _INDEXES[str(folder)] = from_shards(folder)
         return DatastoreDrafter(_INDEXES[str(folder)], **options)
 
+    bench_grid = {"ngrams": [8, 12]}  # its own longest matches (prompt lookup's are shorter)
+
     def bench_candidates(self, block, grid):
-        """One candidate per longest match (`ngrams`, as prompt lookup's) at this B."""
-        return [(f"datastore B={block} n={n}", {"block_size": block, "extra": {"max_ngram": max(n, 2)}})
-                for n in grid.get("datastore_ngrams") or [12]]
+        """One candidate per longest match (`ngrams`) at this B."""
+        return [(f"datastore B={block} n={n}", {"block_size": block, "extra": {"max_ngram": min(max(n, 2), 16)}})
+                for n in grid.get("ngrams") or [12]]
 
     def run_options(self, run):
         return {key: run.extra[key] for key in self.option_keys if key in run.extra}

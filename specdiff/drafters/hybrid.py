@@ -37,6 +37,7 @@ class HybridDrafter(Drafter):
         self.model = getattr(model, "model", None)
         self.verifier_hidden_layers = model.verifier_hidden_layers
         self.exact_marginal = model.exact_marginal
+        self.point_mass = model.point_mass  # a deterministic model drafter (greedy): every draft a point mass
         self.draft_to_target, self.target_vocab = model.draft_to_target, model.target_vocab
         self.called = False  # whether the model drafter proposed this round
         self.rounds = self.free_rounds = self.mixed_rounds = 0  # rounds; without a model call; with both in a batch
@@ -160,6 +161,8 @@ class HybridKind(KindSpec):
         if len(parts) < 2:
             raise ValueError("the hybrid proposer needs a model drafter and a free drafter (its parts)")
         return HybridDrafter(parts[0], list(parts[1:]), min_match=options.get("min_match", 3))
+
+    bench_grid = {"min_matches": [3, 6]}
 
     def bench_candidates(self, block, grid):
         """One candidate per long-match length (`min_matches`) at this B."""
