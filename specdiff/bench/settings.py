@@ -54,6 +54,8 @@ class Settings:
     suite: str = _f("arith", "what is measured and tuned on: arith (the testbed's problems) or prompts (files)")
     always_drafters: list = _f([], "drafters always measured; the first is the testbed report's `spec` row")
     tune_problems: int | None = _f(None, "validation prompts for tuning (None: all)")
+    validation_file: str | None = _f(None, "a prompts suite's validation prompts, tuned on (None: the shipped "
+                                     "real_validation.jsonl; spec_validation.jsonl covers Spec-Bench's six kinds)")
     tune_max_new_tokens: int | None = _f(None, "max new tokens per validation prompt while tuning (None: "
                                          "max_new_tokens)")
     tune_repeats: int = _f(1, "interleaved repeats of each validation prompt while tuning")

@@ -5,11 +5,13 @@ Terms:
   `score(text, prompt)`, whether an answer is right (None where the suite has no answers);
 - the arith suite: the testbed's arithmetic word problems, validation and test splits, scored like GSM8K;
 - a prompts suite: a JSONL prompts file (`--prompts-file`; default the shipped real_test.jsonl) measured, the
-  shipped validation prompts tuned on; no answers.
+  shipped validation prompts tuned on (`validation_file`: real_validation.jsonl, or spec_validation.jsonl for
+  the Spec-Bench file); no answers.
 """
 from __future__ import annotations
 
 from functools import cached_property
+from pathlib import Path
 from typing import Callable
 
 from specdiff.runs.prompts import Prompt, check_prompts_file, read_prompts, validation_prompts
@@ -57,10 +59,16 @@ def _arith_suite(settings, tokenizer) -> Suite:
 
 
 def _prompts_suite(settings, tokenizer) -> Suite:
-    from specdiff.runs.prompts import VALIDATION_FILE
+    from specdiff.runs.prompts import SPEC_BENCH_FILE, SPEC_VALIDATION_FILE, VALIDATION_FILE
 
     path = check_prompts_file(settings.prompts_file)
-    lines = sum(1 for line in VALIDATION_FILE.read_text().splitlines() if line.strip())
+    default = SPEC_VALIDATION_FILE if path.resolve() == SPEC_BENCH_FILE.resolve() else VALIDATION_FILE
+    validation = Path(settings.validation_file or default)  # Spec-Bench is tuned on its six kinds' own prompts
+    if not validation.is_file():
+        raise ValueError(f"validation_file {str(validation)!r} does not exist")
+    if validation.resolve() == path.resolve():
+        raise ValueError(f"{path} is both measured and tuned on: give another validation_file")
+    lines = sum(1 for line in validation.read_text().splitlines() if line.strip())
     return Suite(path.name, lambda: read_prompts(path, tokenizer, settings.first_problem, settings.problems),
-                 lambda: validation_prompts(tokenizer, settings.tune_problems), None, str(path),
-                 f"{VALIDATION_FILE.name} (validation, tuning only)", min(lines, settings.tune_problems or lines))
+                 lambda: validation_prompts(tokenizer, settings.tune_problems, validation), None, str(path),
+                 f"{validation.name} (validation, tuning only)", min(lines, settings.tune_problems or lines))

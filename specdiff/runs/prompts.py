@@ -15,6 +15,9 @@ from pathlib import Path
 DATA = Path(__file__).resolve().parents[1] / "eval" / "tasks" / "data"
 VALIDATION_FILE = DATA / "real_validation.jsonl"  # tuning only: never a measured set
 TEST_FILE = DATA / "real_test.jsonl"  # the held-out prompts the docs' figures are measured on
+SPEC_VALIDATION_FILE = DATA / "spec_validation.jsonl"  # tuning only: Spec-Bench's six kinds, written for specdiff
+SPEC_BENCH_FILE = DATA / "spec_bench" / "spec_bench48.jsonl"  # measured only: 48 Spec-Bench first turns
+VALIDATION_FILES = (VALIDATION_FILE, SPEC_VALIDATION_FILE)
 
 
 @dataclass
@@ -45,9 +48,9 @@ def read_prompts(path, tokenizer, first: int = 0, n: int | None = None) -> list[
     return out
 
 
-def validation_prompts(tokenizer, n: int | None = None) -> list[Prompt]:
-    """The shipped validation prompts: the only prompts a prompt-file tuning ever reads."""
-    return read_prompts(VALIDATION_FILE, tokenizer, 0, n)
+def validation_prompts(tokenizer, n: int | None = None, path: str | Path | None = None) -> list[Prompt]:
+    """Validation prompts (default the shipped VALIDATION_FILE): the only prompts a prompt-file tuning reads."""
+    return read_prompts(Path(path) if path is not None else VALIDATION_FILE, tokenizer, 0, n)
 
 
 def check_prompts_file(path) -> Path:
@@ -55,7 +58,7 @@ def check_prompts_file(path) -> Path:
     path = Path(path) if path is not None else TEST_FILE
     if not path.is_file():
         raise ValueError(f"--prompts-file {str(path)!r} does not exist")
-    if path.resolve() == VALIDATION_FILE.resolve():
-        raise ValueError(f"--prompts-file {path} is the bench's validation set, which it tunes on; measure on "
-                         f"other prompts (default {TEST_FILE.name})")
+    if any(path.resolve() == shipped.resolve() for shipped in VALIDATION_FILES):
+        raise ValueError(f"--prompts-file {path} is one of the bench's validation sets, which it tunes on; measure "
+                         f"on other prompts (default {TEST_FILE.name})")
     return path

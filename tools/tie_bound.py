@@ -1,0 +1,108 @@
+"""The near-tie bound of `greedy_identical_up_to_ties` (issue 41, item 2): how far the verifier's multi-token
+forward moves its logits from its one-token forward, measured.
+
+In bfloat16 a forward over W new tokens rounds differently from W one-token forwards, so the top-2 order of
+the verifier's logits can flip where the two are close. For every position of the verifier's own texts (the
+regenerated conversations of `specdiff distill data`, none of the bench's prompts) this tool computes the logits
+twice on a KV cache: one token at a time (plain decoding, HF's greedy `generate`), and in chunks of W tokens
+(speculative verification of a chain of W - 1 drafts), for each W of --chunks. Per position it records
+- delta_logit: the largest |difference| of any logit between the two;
+- delta_gap: |change| of the one-token forward's top-1 minus top-2 logit gap, measured in the chunked forward.
+The bound is the largest delta_gap over every position and chunk size: at a first difference from HF greedy, a
+specdiff token that is HF's second choice with a top-2 gap at most the bound is a near-tie, not an error.
+
+    python tools/tie_bound.py --dtype bfloat16 --positions 10000 --out docs/results/precision/tie_bound_bfloat16.json
+
+Trees (several branches in one forward) are the same arithmetic with another attention mask; they are measured
+once the draft trees land.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def sequences(data_dir: Path, positions: int, length: int) -> list[list[int]]:
+    """Conversations (prompt + response ids) of at least `length` tokens, cut there, enough for `positions`."""
+    index = json.loads((data_dir / "index.json").read_text())
+    out = []
+    for shard in index["shards"][::-1]:  # the newest recipe first
+        data = np.load(data_dir / shard["file"])
+        lengths = data["prompt_lengths"] + data["response_lengths"]
+        for row in np.split(data["tokens"].astype(np.int64), np.cumsum(lengths)[:-1]):
+            if len(row) >= length:
+                out.append(row[:length].tolist())
+            if len(out) * (length // 2) >= positions:
+                return out
+    return out
+
+
+@torch.inference_mode()
+def logits_by_chunks(model, ids: list[int], start: int, chunk: int) -> torch.Tensor:
+    """[len(ids) - start, V] float32: the logits of positions start..end, the prefix ids[:start] fed at once, then
+    `chunk` tokens per forward on the KV cache."""
+    from specdiff.lm.cache import cache_kwargs, new_cache
+
+    cache = new_cache(model)
+    tokens = torch.tensor([ids])
+    model(input_ids=tokens[:, :start], **cache_kwargs(model, cache))
+    out = []
+    for i in range(start, len(ids), chunk):
+        out.append(model(input_ids=tokens[:, i:i + chunk], **cache_kwargs(model, cache)).logits[0].float())
+    return torch.cat(out)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--verifier", default="smollm2-135m-instruct")
+    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="bfloat16")
+    parser.add_argument("--positions", type=int, default=10_000, help="positions measured (at least)")
+    parser.add_argument("--length", type=int, default=384, help="tokens per sequence; the second half is measured")
+    parser.add_argument("--chunks", type=int, nargs="+", default=[2, 4, 8, 16], help="W: tokens per forward")
+    parser.add_argument("--data", default=None, help="default data/distill/VERIFIER")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--out", default=None, help="the JSON result (default: print it)")
+    args = parser.parse_args(argv)
+    from specdiff import models
+    from specdiff.progress import progress
+
+    torch.set_num_threads(args.threads)
+    model = models.load(args.verifier, dtype=args.dtype).model.eval()
+    seqs = sequences(Path(args.data or ROOT / "data" / "distill" / args.verifier), args.positions, args.length)
+    start = args.length // 2
+    per_chunk = {w: {"delta_logit": [], "delta_gap": []} for w in args.chunks}
+    began = time.time()
+    for ids in progress(seqs, desc=f"tie bound ({args.dtype})", unit="sequence"):
+        one = logits_by_chunks(model, ids, start, 1)  # [T, V]: one token at a time
+        top = one.topk(2, dim=-1).indices  # [T, 2]
+        gap = one.gather(-1, top[:, :1]) - one.gather(-1, top[:, 1:])  # [T, 1]
+        for w in args.chunks:
+            multi = logits_by_chunks(model, ids, start, w)
+            moved = multi.gather(-1, top[:, :1]) - multi.gather(-1, top[:, 1:])
+            per_chunk[w]["delta_logit"] += (multi - one).abs().amax(-1).tolist()
+            per_chunk[w]["delta_gap"] += (moved - gap).abs()[:, 0].tolist()
+    summary = {w: {"positions": len(v["delta_gap"]), "max_delta_logit": max(v["delta_logit"]),
+                   "max_delta_gap": max(v["delta_gap"]), "p999_delta_gap": float(np.quantile(v["delta_gap"], 0.999))}
+               for w, v in per_chunk.items()}
+    result = {"verifier": args.verifier, "dtype": args.dtype, "sequences": len(seqs), "measured_from": start,
+              "threads": args.threads, "torch": torch.__version__, "seconds": round(time.time() - began, 1),
+              "bound": max(s["max_delta_gap"] for s in summary.values()),
+              "per_chunk": {str(w): s for w, s in summary.items()}}
+    text = json.dumps(result, indent=1)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(text + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
