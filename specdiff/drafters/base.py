@@ -141,6 +141,15 @@ class Drafter:
         (steps_vary) or unmasks confident positions first (reorders); drafters that ignore both: as is."""
         return self.exact_marginal
 
+    def propose_tree(self, ids: torch.Tensor, depth: int, budget: int):
+        """A draft tree at batch 1 (`specdiff.engine.tree`): by default one branch, this drafter's draft of
+        min(depth, budget) tokens. The tree rule is exact for any tree, however it was drawn."""
+        from specdiff.drafters.tree import chain_tree
+
+        draft = self.propose(ids, torch.ones_like(ids, dtype=torch.bool), min(depth, budget))
+        length = draft.tokens.shape[1] if draft.lengths is None else int(draft.lengths[0])
+        return chain_tree(draft.tokens[0, :length].tolist())
+
     def propose_planned(self, ids: torch.Tensor, key_mask: torch.Tensor, plan,
                         generator: torch.Generator | None = None) -> Draft:
         """A draft after a controller's plan (`specdiff.engine.controllers.RoundPlan`): max B_r tokens by

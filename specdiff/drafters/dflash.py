@@ -104,6 +104,34 @@ class DFlashDrafter(Drafter):
     def propose(self, ids: torch.Tensor, key_mask: torch.Tensor, block_size: int,
                 generator: torch.Generator | None = None) -> Draft:
         """ids [b, L] committed tokens, left-padded. Returns Draft(tokens [b, B], probs [b, B, V])."""
+        batch = ids.shape[0]
+        logits = self._block_logits(ids, block_size)  # [b, B, V or V_d]
+        confidence = torch.softmax(logits.float(), dim=-1).amax(-1)  # [b, B]: for a controller's floor (V_d: same)
+        if self.point_mass:  # greedy: the argmax row, no distribution over the verifier's vocabulary formed
+            if self.draft_to_target is None:
+                tokens = self.trim(logits).argmax(-1)  # [b, B]: a verifier id (trim: a view)
+            else:
+                tokens = self.draft_to_target[logits.argmax(-1)]  # [b, B]: a draft-vocabulary row, to its id
+            return Draft(tokens=tokens, probs=None, confidence=confidence)
+        probs = sampling_probs(self.trim(logits), self.temperature, self.top_p, self.top_k)  # [b, B, V]
+        tokens = torch.multinomial(probs.view(-1, probs.shape[-1]), 1, generator=generator).view(batch, block_size)
+        return Draft(tokens=tokens, probs=probs, confidence=confidence)
+
+    @torch.inference_mode()
+    def propose_tree(self, ids: torch.Tensor, depth: int, budget: int):
+        """A draft tree at batch 1 (`specdiff.engine.tree`): DDTree's best-first tree of at most `budget` nodes
+        over the block's per-position marginals (log-softmax of the logits, before any temperature)."""
+        from specdiff.drafters.tree import Tree, best_first_tree
+
+        logits = self._block_logits(ids, depth)[0].float()  # [D, V or V_d]
+        tree = best_first_tree(torch.log_softmax(logits, dim=-1), budget)
+        if self.draft_to_target is None:
+            return tree
+        ids_of = self.draft_to_target.tolist()
+        return Tree([ids_of[t] for t in tree.tokens], tree.parents)
+
+    def _block_logits(self, ids: torch.Tensor, block_size: int) -> torch.Tensor:
+        """One step over [anchor, B masks] on the cached context: the block's logits [b, B, V or V_d]."""
         if self.cache is None:
             raise ValueError("DFlashDrafter.propose before start: it needs the verifier's hidden states")
         batch, device = ids.shape[0], ids.device
@@ -127,16 +155,7 @@ class DFlashDrafter(Drafter):
         states = out.last_hidden_state[:, 1:].to(head.weight.dtype)  # [b, B, H]
         logits = head(states) if self.head_weight is None else states @ self.head_weight.T  # [b, B, V or V_d]
         check_finite(logits, "drafter")
-        confidence = torch.softmax(logits.float(), dim=-1).amax(-1)  # [b, B]: for a controller's floor (V_d: same)
-        if self.point_mass:  # greedy: the argmax row, no distribution over the verifier's vocabulary formed
-            if self.draft_to_target is None:
-                tokens = self.trim(logits).argmax(-1)  # [b, B]: a verifier id (trim: a view)
-            else:
-                tokens = self.draft_to_target[logits.argmax(-1)]  # [b, B]: a draft-vocabulary row, to its id
-            return Draft(tokens=tokens, probs=None, confidence=confidence)
-        probs = sampling_probs(self.trim(logits), self.temperature, self.top_p, self.top_k)  # [b, B, V]
-        tokens = torch.multinomial(probs.view(-1, probs.shape[-1]), 1, generator=generator).view(batch, block_size)
-        return Draft(tokens=tokens, probs=probs, confidence=confidence)
+        return logits
 
     @torch.inference_mode()
     def commit(self, num_accepted: torch.Tensor, verifier_hidden: torch.Tensor | None = None) -> None:

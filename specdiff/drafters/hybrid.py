@@ -107,6 +107,20 @@ class HybridDrafter(Drafter):
             draft = Draft(tokens=tokens, probs=probs, lengths=lengths.to(ids.device))
         return draft
 
+    def propose_tree(self, ids: torch.Tensor, depth: int, budget: int):
+        """A draft tree at batch 1: the free drafts with a long match as branches, then the model drafter's tree,
+        merged into one trie of at most `budget` nodes (free branches first)."""
+        from specdiff.drafters.tree import chain_tree, merge_trees
+
+        mask, branches = torch.ones_like(ids, dtype=torch.bool), []
+        for drafter in self.free:
+            draft = drafter.propose(ids, mask, depth)
+            length = int(draft.lengths[0])
+            if drafter.match_lengths[0] >= self.min_match and length:
+                branches.append(chain_tree(draft.tokens[0, :length].tolist()))
+        self.called, self.rounds = True, self.rounds + 1
+        return merge_trees(*branches, self.drafter.propose_tree(ids, depth, budget), budget=budget)
+
     def commit(self, num_accepted: torch.Tensor, verifier_hidden: torch.Tensor | None = None) -> None:
         if self.called:
             self.drafter.commit(num_accepted, verifier_hidden)

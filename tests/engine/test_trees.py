@@ -1,0 +1,105 @@
+"""Issue 41, item 5: draft trees verified in one forward with a tree attention mask over the KV cache
+(`specdiff.engine.tree`). The tree builders; greedy output equal to HF greedy token for token; the emitted law
+equal to the verifier's (sampled, χ² and TV against the enumerated law); a stateful verifier refused."""
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from tiny_models import LENGTH, PROMPT, SAMPLING, VOCAB, exact_continuations, sequence_index, tiny_qwen3
+
+import specdiff as sd
+from specdiff.drafters.base import Draft, Drafter
+from specdiff.drafters.tree import Tree, best_first_tree, chain_tree, merge_trees
+from specdiff.engine.tree import TreeGenerator
+
+
+class RandomTreeDrafter(Drafter):
+    """A test drafter: a random tree (seeded) of at most `budget` nodes whose first branch is `oracle`'s next
+    tokens where given (so that some rounds accept several)."""
+
+    def __init__(self, vocab: int, seed: int = 0, oracle=None):
+        self.vocab, self.random, self.oracle = vocab, random.Random(seed), oracle
+
+    def propose(self, ids, key_mask, block_size, generator=None):
+        raise NotImplementedError
+
+    def propose_tree(self, ids, depth, budget):
+        trees = []
+        if self.oracle is not None:
+            trees.append(chain_tree(self.oracle(ids[0].tolist(), depth)))
+        tokens, parents, depth_of = [], [], [0]
+        while len(tokens) < budget:
+            parent = self.random.randrange(len(tokens) + 1)
+            if depth_of[parent] >= depth:
+                continue
+            tokens.append(self.random.randrange(self.vocab))
+            parents.append(parent)
+            depth_of.append(depth_of[parent] + 1)
+        trees.append(Tree(tokens, parents))
+        return merge_trees(*trees, budget=budget)
+
+
+def test_the_builders_make_tries_in_topological_order():
+    tree = merge_trees(chain_tree([5, 6, 7]), chain_tree([5, 6, 8]), chain_tree([9]))
+    assert tree.tokens == [5, 6, 7, 8, 9] and tree.parents == [0, 1, 2, 2, 0]
+    assert tree.depths() == [0, 1, 2, 3, 3, 1] and tree.children()[2] == {7: 3, 8: 4}
+    assert merge_trees(chain_tree([1, 2, 3]), chain_tree([4, 5]), budget=4).tokens == [1, 2, 3, 4]
+    logprobs = torch.log(torch.tensor([[0.6, 0.3, 0.1], [0.9, 0.05, 0.05]]))
+    best = best_first_tree(logprobs, budget=4, width=2)  # 0 (.6), 0-0 (.54), 1 (.3), 1-0 (.27)
+    assert best.tokens == [0, 0, 1, 0] and best.parents == [0, 1, 0, 3]
+
+
+def test_greedy_trees_equal_hf_greedy_token_for_token():
+    from architectures import build, hf_greedy
+
+    model = build("llama")
+    verifier = sd.Verifier(model, temperature=0.0)
+
+    def oracle(ids, depth):  # HF's own continuation: the first branch is all accepted
+        return hf_greedy(model, ids, new_tokens=depth)[0]
+
+    for p, prompt in enumerate([[5, 6, 7, 5, 6, 7, 5, 6], [9, 10], [11, 12, 13, 11, 12]]):
+        reference = hf_greedy(model, prompt, new_tokens=24)[0]
+        for drafter in (RandomTreeDrafter(model.config.vocab_size, seed=p),
+                        RandomTreeDrafter(model.config.vocab_size, seed=p, oracle=oracle)):
+            ids, stats = TreeGenerator(drafter, verifier, depth=4, budget=10, eos_token_id=[]).generate(prompt, 24)
+            assert ids == reference
+        assert max(stats.accepted) >= 3  # the oracle's branch: whole branches accepted
+
+
+def test_sampled_trees_emit_the_verifiers_law():
+    """4,000 generations of one prompt through random trees: the first LENGTH tokens against the enumerated law
+    (χ² p >= 1e-4; TV <= 0.06, the expected TV of an exact sampler being <= 0.4 sqrt(64 / 4000) = 0.05)."""
+    from exactness import chi_square_pvalue, histogram, total_variation_to
+
+    model = tiny_qwen3(VOCAB, seed=0, layers=2)
+    verifier = sd.Verifier(model, **SAMPLING)
+    drafter = RandomTreeDrafter(VOCAB, seed=1)
+    generator = torch.Generator().manual_seed(0)
+    tree = TreeGenerator(drafter, verifier, depth=3, budget=6, eos_token_id=[])
+    rows, accepted = [], 0
+    for _ in range(4000):
+        ids, stats = tree.generate(PROMPT, LENGTH, generator)
+        rows.append(ids)
+        accepted += sum(stats.accepted)
+    assert accepted > 1000  # branches were accepted, not only one token per forward
+    counts = histogram(sequence_index(rows, VOCAB, LENGTH), VOCAB ** LENGTH)
+    exact = exact_continuations(model, PROMPT, LENGTH, **SAMPLING).to(counts.dtype)
+    tv, pvalue = total_variation_to(counts, exact), chi_square_pvalue(counts, exact)
+    assert tv <= 0.06 and pvalue >= 1e-4, f"TV {tv:.4f}, chi-square p {pvalue:.2e}"
+
+
+def test_a_stateful_verifier_and_a_drafter_without_trees_are_refused():
+    from architectures import build
+
+    class Chainless:
+        pass
+
+    verifier = sd.Verifier(build("llama"), temperature=0.0)
+    with pytest.raises(ValueError, match="does not draft trees"):
+        TreeGenerator(Chainless(), verifier)
+    verifier.stateful = True  # what a hybrid (recurrent-state) verifier reports
+    with pytest.raises(ValueError, match="recurrent-state"):
+        TreeGenerator(RandomTreeDrafter(8), verifier)
