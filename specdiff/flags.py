@@ -49,6 +49,9 @@ def add_generation_flags(parser) -> None:
                              "confidence, acceptance, effort, joined with '+', parameters after ':' "
                              "(e.g. confidence:finish=0.9); -B is then the longest draft (default: none, fixed K and B)")
     parser.add_argument("--batch-size", type=positive_int, default=1, help="sequences per batch (default 1)")
+    parser.add_argument("--tree-budget", type=positive_int, default=None, metavar="N",
+                        help="draft trees of at most N nodes, -B deep, verified in one forward (docs/engine.md; "
+                             "batch 1, lossless; default: chains)")
     parser.add_argument("--device", default=None, help="torch device for both models, e.g. cuda (default cpu)")
     parser.add_argument("--dtype", choices=("auto", "float32", "bfloat16"), default=None,
                         help="a real verifier's dtype, its drafter following (default auto: bfloat16 on CUDA or a CPU "

@@ -7,7 +7,8 @@ prompts (`timer.measure`), then the report (`report.report`). Rows:
 - `hf_lookup` (HF prompt lookup at its tuned N, when `hf_lookup_tokens` is not empty) and `hf_assisted`
   (transformers' assisted generation with `hf_assistant`, by default the verifier's AR drafter where one fits);
 - `spec_<kind>` per drafter at its tuned configuration; `spec_<kind>_adaptive` with its tuned controller;
-  `spec_<kind>_batch<N>` (the first drafter, `batch_sizes`); the effort and leniency rows of `tradeoffs`.
+  `spec_<kind>_batch<N>` (the first drafter, `batch_sizes`); `spec_<kind>_tree<N>` (every drafter's tuned
+  configuration with draft trees of N nodes, `trees`); the effort and leniency rows of `tradeoffs`.
 `estimate` says, before anything is tuned, about how long the run takes.
 """
 from __future__ import annotations
@@ -42,6 +43,9 @@ def speedup(settings, tuning: dict | None = None, say=None) -> dict:
     first = f"spec_{next(iter(references))}"
     configs.update({f"{first}_batch{n}": RunConfig(**{**chosen[first]["config"], "name": f"{first}_batch{n}",
                                                        "batch_size": n}) for n in settings.batch_sizes})
+    configs.update({f"spec_{kind}_tree{n}": RunConfig(**{**chosen[f"spec_{kind}"]["config"], "tree_budget": n,
+                                                           "name": f"spec_{kind}_tree{n}"})
+                    for kind in references for n in settings.trees if f"spec_{kind}" in chosen})
     steps_kinds = [kind for kind in references if "steps" in _spec(kind).effort]
     extra, lenient = tradeoffs.tradeoff_rows(steps_kinds, chosen, tuning["grid"], settings)
     configs.update(extra)

@@ -58,11 +58,14 @@ class SpeculativeGenerator:
     controller: None (every row drafts block_size tokens at the drafter's effort each round), a
     `specdiff.engine.controllers.Controller`, or its name ("confidence", "acceptance", "effort",
     joined with "+", parameters after ":"): per row and round, the draft length (at most block_size),
-    the steps and a confidence floor, chosen from the row's past and the drafter's confidence."""
+    the steps and a confidence floor, chosen from the row's past and the drafter's confidence.
+
+    tree_budget: draft trees of at most this many nodes and depth block_size instead of chains
+    (`specdiff.engine.tree`: one row at a time, the lossless rule, no controller)."""
 
     def __init__(self, drafter, verifier, block_size: int = 8, rule=Lossless(), method: str = "token",
                  proposal: str = "marginal", tokenizer=None, eos_token_id: int | list[int] | None = None,
-                 batch_size: int = 64, drafter_tokenizer=None, controller=None):
+                 batch_size: int = 64, drafter_tokenizer=None, controller=None, tree_budget: int | None = None):
         check_rule(rule)
         if method not in METHODS:
             raise ValueError(f"unknown method {method!r}: expected one of {METHODS}")
@@ -86,6 +89,14 @@ class SpeculativeGenerator:
                                                             reorders=self.controller.reorders)
         # exact: a lossless rule against the sampled (truncated) target, and a proposal that is exact
         self.exact = rule.lossless and (proposal == "point_mass" or drafter.exact_marginal_with(**planned))
+        self.tree = None
+        if tree_budget is not None:
+            from specdiff.engine.tree import TreeGenerator
+
+            if not (rule.lossless and rule.support == "truncated") or self.controller is not None or method != "token":
+                raise ValueError("draft trees take the lossless rule, token verification and no controller")
+            self.tree = TreeGenerator(drafter, verifier, depth=block_size, budget=tree_budget, eos_token_id=eos_token_id)
+            self.exact = True  # the tree rule: draws from the verifier along the accepted path
 
     def generate(self, prompts, max_new_tokens: int = 256, generator: torch.Generator | None = None,
                  progress: bool = False, on_round=None, on_tokens=None, on_verify=None) -> GenerationOutput:
@@ -98,6 +109,8 @@ class SpeculativeGenerator:
         _check_count("max_new_tokens", max_new_tokens)
         rows = self._tokenize(prompts)
         budgets = self._budgets(rows, int(max_new_tokens))
+        if self.tree is not None:
+            return self._generate_trees(rows, budgets, generator)
         token_ids, stats, totals = [], [], {"draft_s": 0.0, "verify_s": 0.0, "forward_s": 0.0, "wall_s": 0.0}
         rollback = {}
         batches = range(0, len(rows), self.batch_size)
@@ -118,6 +131,19 @@ class SpeculativeGenerator:
             texts = [self.tokenizer.decode(ids, skip_special_tokens=True) for ids in token_ids]
         summary = summarize(stats, **totals)
         summary.state_rollback = rollback or None
+        return GenerationOutput(texts=texts, token_ids=token_ids, stats=stats, summary=summary)
+
+    def _generate_trees(self, rows: list[list[int]], budgets: list[int], generator) -> GenerationOutput:
+        """Draft trees, one row at a time (`specdiff.engine.tree`)."""
+        token_ids, stats = [], []
+        for row, budget in zip(rows, budgets):
+            ids, row_stats = self.tree.generate(row, budget, generator)
+            token_ids.append(ids)
+            stats.append(row_stats)
+        texts = None if self.tokenizer is None else [self.tokenizer.decode(i, skip_special_tokens=True)
+                                                     for i in token_ids]
+        summary = summarize(stats, wall_s=sum(s.wall_s for s in stats), draft_s=sum(s.draft_s for s in stats),
+                            verify_s=sum(s.verify_s for s in stats), forward_s=sum(s.verify_s for s in stats))
         return GenerationOutput(texts=texts, token_ids=token_ids, stats=stats, summary=summary)
 
     @torch.inference_mode()

@@ -37,6 +37,7 @@ class RunConfig:
     block_size: int = 8  # B: with a controller, the longest draft
     batch_size: int = 1
     controller: str | None = None  # a run-time controller's name (`specdiff.engine.controllers`); None: fixed
+    tree_budget: int | None = None  # draft trees of at most this many nodes, depth block_size (None: chains)
     extra: dict = field(default_factory=dict)
     sampling: dict = field(default_factory=dict)  # the verifier's temperature / top_p / top_k; empty: its defaults
 
@@ -111,7 +112,8 @@ def run_config_from_args(args, name: str = "cli") -> RunConfig:
                      batch_size=args.batch_size, typical_delta=getattr(args, "typical_delta", None),
                      gate_top=getattr(args, "gate_top", None), gate_entropy=getattr(args, "gate_entropy", None),
                      support=getattr(args, "support", "truncated"),
-                     controller=_controller_name(getattr(args, "controller", None)))
+                     controller=_controller_name(getattr(args, "controller", None)),
+                     tree_budget=getattr(args, "tree_budget", None))
 
 
 def _controller_name(spec: str | None) -> str | None:

@@ -32,7 +32,7 @@ def build_generator(config: RunConfig, cache: ModelCache):
                                 rule=config_rule(config), method=config.method,
                                 proposal=config.proposal, tokenizer=cache.tokenizer(config.verifier),
                                 drafter_tokenizer=cache.tokenizer(config.drafter), batch_size=config.batch_size,
-                                controller=config.controller)
+                                controller=config.controller, tree_budget=config.tree_budget)
 
 
 def run_config(config: RunConfig, prompts: list[str], targets: list[str] | None, cache: ModelCache,

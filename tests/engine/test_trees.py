@@ -103,3 +103,25 @@ def test_a_stateful_verifier_and_a_drafter_without_trees_are_refused():
     verifier.stateful = True  # what a hybrid (recurrent-state) verifier reports
     with pytest.raises(ValueError, match="recurrent-state"):
         TreeGenerator(RandomTreeDrafter(8), verifier)
+
+
+def test_generate_and_bench_take_trees_and_greedy_trees_equal_chains(capsys):
+    import json
+
+    from specdiff.cli import main
+
+    prompt = "Tom has 4 bags of coins with 3 coins in each. How many coins does Tom have now?"
+    outputs = {}
+    for extra in ([], ["--tree-budget", "8"]):
+        assert main(["generate", prompt, "--max-new-tokens", "24", "--temperature", "0", "-B", "4", "--json",
+                     *extra]) == 0
+        outputs[bool(extra)] = json.loads(capsys.readouterr().out)
+    assert outputs[True]["config"]["tree_budget"] == 8 and outputs[True]["exact"]
+    assert outputs[True]["generations"][0]["token_ids"] == outputs[False]["generations"][0]["token_ids"]
+    argv = ["bench", "speedup", "--json", "--problems", "1", "--set", "tune_problems=1", "--repeats", "1",
+            "--max-new-tokens", "12", "--set", "blocks=[4]", "--set", "steps=[1]", "--set", "caches=[\"off\"]",
+            "--set", "controllers=[]", "--set", "batch_sizes=[]", "--set", "trees=[6]", "--drafters", "ar"]
+    assert main(argv) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert rows["spec_ar_tree6"]["exact"] and rows["spec_ar_tree6"]["config"]["tree_budget"] == 6
+    assert rows["spec_ar_tree6"]["new_tokens"] == rows["spec_ar"]["new_tokens"]
