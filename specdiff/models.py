@@ -129,6 +129,12 @@ def check_pair(drafter: str, verifier: str) -> None:
                          f"--drafter {LOOKUP} (prompt lookup, no training)"
                          + (f", {' or '.join(own)} (distilled for it)" if own else "")
                          + f" or a drafter trained for it (`specdiff distill --verifier {verifier} --kind dflash`)")
+    if spec is not None and not spec.needs_model:  # a kind built beside its verifier: can it be, for this one?
+        spec.check_verifier(verifier)
+        parts = spec.parts(verifier, {})
+        if parts and parts[0][0] is None and not registry.get(resolve(default_drafter(verifier))[0]).needs_model:
+            raise ValueError(f"--drafter {drafter} needs a model drafter for {verifier!r} and none is shipped for it: "
+                             f"train one (`specdiff distill --verifier {verifier} --kind dflash`)")
 
 
 def require_weights(reference: str) -> None:

@@ -13,8 +13,8 @@ specdiff token that is HF's second choice with a top-2 gap at most the bound is 
 
     python tools/tie_bound.py --dtype bfloat16 --positions 10000 --out docs/results/precision/tie_bound_bfloat16.json
 
-Trees (several branches in one forward) are the same arithmetic with another attention mask; they are measured
-once the draft trees land.
+Trees: each forward is also measured as a draft tree (`specdiff.engine.tree.score_tree`) whose one branch is a
+chunk of 8 and whose other nodes are random leaves (--tree-leaves), the branch's logits compared.
 """
 from __future__ import annotations
 
@@ -46,17 +46,35 @@ def sequences(data_dir: Path, positions: int, length: int) -> list[list[int]]:
 
 
 @torch.inference_mode()
-def logits_by_chunks(model, ids: list[int], start: int, chunk: int) -> torch.Tensor:
+def logits_by_chunks(model, ids: list[int], start: int, chunk: int, tree_extra: int = 0, seed: int = 0) -> torch.Tensor:
     """[len(ids) - start, V] float32: the logits of positions start..end, the prefix ids[:start] fed at once, then
-    `chunk` tokens per forward on the KV cache."""
-    from specdiff.lm.cache import cache_kwargs, new_cache
+    `chunk` tokens per forward on the KV cache. tree_extra > 0: each forward is a draft tree whose one branch is
+    the chunk (the root and chunk - 1 tokens) and `tree_extra` more nodes hang as random leaves off it
+    (`specdiff.engine.tree.score_tree`); only the branch's columns are kept."""
+    import random
 
+    from specdiff.drafters.tree import Tree
+    from specdiff.engine.tree import score_tree
+    from specdiff.lm.cache import cache_kwargs, keep_columns, new_cache
+
+    draw = random.Random(seed)
     cache = new_cache(model)
     tokens = torch.tensor([ids])
     model(input_ids=tokens[:, :start], **cache_kwargs(model, cache))
     out = []
     for i in range(start, len(ids), chunk):
-        out.append(model(input_ids=tokens[:, i:i + chunk], **cache_kwargs(model, cache)).logits[0].float())
+        if not tree_extra:
+            out.append(model(input_ids=tokens[:, i:i + chunk], **cache_kwargs(model, cache)).logits[0].float())
+            continue
+        branch = ids[i + 1:i + chunk]
+        leaves = [(draw.randrange(len(branch) + 1), draw.randrange(model.config.vocab_size)) for _ in range(tree_extra)]
+        tree = Tree(branch + [token for _, token in leaves], list(range(len(branch))) + [p for p, _ in leaves])
+        committed = cache.get_seq_length()
+        logits, _ = score_tree(model, cache, ids[i], tree)
+        out.append(logits[: len(branch) + 1])
+        keep = torch.zeros(1, committed + len(tree) + 1, dtype=torch.bool)
+        keep[0, : committed + len(branch) + 1] = True
+        keep_columns(cache, keep)
     return torch.cat(out)
 
 
@@ -67,9 +85,13 @@ def main(argv=None) -> int:
     parser.add_argument("--positions", type=int, default=10_000, help="positions measured (at least)")
     parser.add_argument("--length", type=int, default=384, help="tokens per sequence; the second half is measured")
     parser.add_argument("--chunks", type=int, nargs="+", default=[2, 4, 8, 16], help="W: tokens per forward")
+    parser.add_argument("--tree-leaves", type=int, default=8,
+                        help="also trees: each chunk of 8 a branch with this many random leaves (0: chains only)")
     parser.add_argument("--data", default=None, help="default data/distill/VERIFIER")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", default=None, help="the JSON result (default: print it)")
+    parser.add_argument("--record", action="store_true",
+                        help="also record the bound in specdiff/bench/tie_bounds.json (the bench's near-tie bound)")
     args = parser.parse_args(argv)
     from specdiff import models
     from specdiff.progress import progress
@@ -78,28 +100,36 @@ def main(argv=None) -> int:
     model = models.load(args.verifier, dtype=args.dtype).model.eval()
     seqs = sequences(Path(args.data or ROOT / "data" / "distill" / args.verifier), args.positions, args.length)
     start = args.length // 2
-    per_chunk = {w: {"delta_logit": [], "delta_gap": []} for w in args.chunks}
+    shapes = [(w, 0) for w in args.chunks] + ([(8, args.tree_leaves)] if args.tree_leaves else [])
+    per_chunk = {shape: {"delta_logit": [], "delta_gap": []} for shape in shapes}
     began = time.time()
     for ids in progress(seqs, desc=f"tie bound ({args.dtype})", unit="sequence"):
         one = logits_by_chunks(model, ids, start, 1)  # [T, V]: one token at a time
         top = one.topk(2, dim=-1).indices  # [T, 2]
         gap = one.gather(-1, top[:, :1]) - one.gather(-1, top[:, 1:])  # [T, 1]
-        for w in args.chunks:
-            multi = logits_by_chunks(model, ids, start, w)
+        for w, leaves in shapes:
+            multi = logits_by_chunks(model, ids, start, w, leaves)
             moved = multi.gather(-1, top[:, :1]) - multi.gather(-1, top[:, 1:])
-            per_chunk[w]["delta_logit"] += (multi - one).abs().amax(-1).tolist()
-            per_chunk[w]["delta_gap"] += (moved - gap).abs()[:, 0].tolist()
-    summary = {w: {"positions": len(v["delta_gap"]), "max_delta_logit": max(v["delta_logit"]),
-                   "max_delta_gap": max(v["delta_gap"]), "p999_delta_gap": float(np.quantile(v["delta_gap"], 0.999))}
-               for w, v in per_chunk.items()}
+            per_chunk[(w, leaves)]["delta_logit"] += (multi - one).abs().amax(-1).tolist()
+            per_chunk[(w, leaves)]["delta_gap"] += (moved - gap).abs()[:, 0].tolist()
+    summary = {(f"chain{w}" if not leaves else f"tree{w}+{leaves}"): {
+        "positions": len(v["delta_gap"]), "max_delta_logit": max(v["delta_logit"]), "max_delta_gap": max(v["delta_gap"]),
+        "p999_delta_gap": float(np.quantile(v["delta_gap"], 0.999))} for (w, leaves), v in per_chunk.items()}
     result = {"verifier": args.verifier, "dtype": args.dtype, "sequences": len(seqs), "measured_from": start,
               "threads": args.threads, "torch": torch.__version__, "seconds": round(time.time() - began, 1),
               "bound": max(s["max_delta_gap"] for s in summary.values()),
-              "per_chunk": {str(w): s for w, s in summary.items()}}
+              "per_shape": summary}
     text = json.dumps(result, indent=1)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(text + "\n")
+    if args.record:
+        bounds_file = ROOT / "specdiff" / "bench" / "tie_bounds.json"
+        bounds = json.loads(bounds_file.read_text()) if bounds_file.is_file() else {}
+        bounds[args.dtype] = {"bound": result["bound"], "positions": min(s["positions"] for s in summary.values()),
+                              "verifier": args.verifier, "shapes": sorted(summary), "torch": torch.__version__,
+                              "results": args.out}
+        bounds_file.write_text(json.dumps(bounds, indent=1, sort_keys=True) + "\n")
     print(text)
     return 0
 

@@ -54,6 +54,7 @@ def _prompts(rows, tuning, references, suite, verifier, steps_kinds) -> dict:
                     "row": row, "config": chosen[row]["config"]})
         if greedy:
             out["greedy_identical"] = rows[row]["greedy_identical"]
+            out["greedy_identical_up_to_ties"] = rows[row].get("greedy_identical_up_to_ties")
     out.update(summaries(rows, steps_kinds, chosen))
     out.update({"prompts_file": suite.measured_on, "prompts": len(suite.test), "kinds": sorted({p.kind for p in suite.test}),
                 "greedy": greedy, "sampling": {"temperature": verifier.temperature, "top_p": verifier.top_p,

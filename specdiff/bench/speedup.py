@@ -17,6 +17,7 @@ from specdiff.bench import methods as rows_
 from specdiff.bench import report as report_
 from specdiff.bench import suites, tradeoffs, tuner
 from specdiff.bench.figures import figures
+from specdiff.bench.ties import up_to_ties
 from specdiff.bench.timer import measure
 
 
@@ -59,6 +60,9 @@ def speedup(settings, tuning: dict | None = None, say=None) -> dict:
         rows[name] = {**figures(records[name], suite.test, reference, suite.score,
                                 lambda ids: tokenizer.decode(ids, skip_special_tokens=True)),
                       "exact": method.exact, "config": method.config}
+    if reference is not None:  # near-ties at the first difference from HF greedy (`ties`)
+        up_to_ties(rows, suite.test, reference, records, verifier.model,
+                   str(next(verifier.model.parameters()).dtype).removeprefix("torch."))
     step_s = rows["ar"]["wall_s"] / max(rows["ar"]["new_tokens"], 1)  # one verifier forward of one token
     for name in configs:  # the drafter's seconds per round, in verifier steps
         if rows[name].get("rounds"):

@@ -226,6 +226,9 @@ class DatastoreKind(KindSpec):
     describes = "datastore retrieval (REST; no model)"
     option_keys = ("max_ngram", "min_ngram", "max_draft", "max_candidates", "min_support", "path")
 
+    def check_verifier(self, verifier: str) -> None:
+        data_folder(verifier)
+
     def build(self, model=None, config=None, defaults=None, tokenizer=None, target=None, **options):
         unknown = sorted(set(options) - set(self.option_keys))
         if unknown:

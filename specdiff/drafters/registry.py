@@ -74,6 +74,9 @@ class KindSpec:
     def build(self, model, config: dict, defaults: dict, tokenizer, target=None, **options):
         raise NotImplementedError
 
+    def check_verifier(self, verifier: str) -> None:
+        """ValueError when this kind cannot be built beside `verifier` (the datastore without its data)."""
+
     def parts(self, verifier_name: str | None, options: dict) -> list[tuple[str | None, dict]]:
         """A kind built from other drafters (the hybrid proposer): (drafter name, options) of each, which the model
         cache builds beside the verifier and passes to `build` as `parts` (a name None: the verifier's default

@@ -102,23 +102,27 @@ class TreeGenerator:
         return out_ids, stats
 
     def _score(self, cache, root: int, tree: Tree, layers):
-        """The tree's one forward on the cache: logits [N + 1, V] (float32), hidden [1, N + 1, H*] or None."""
-        model, device = self.verifier.model, self.verifier.device
-        committed = cache.get_seq_length()
-        depth = tree.depths()
-        n = len(tree) + 1
-        sees = torch.zeros(n, n, dtype=torch.bool, device=device)  # [N + 1, N + 1]: node i sees node j
-        sees[0, 0] = True
-        for i, parent in enumerate(tree.parents, 1):
-            sees[i] = sees[parent]
-            sees[i, i] = True
-        mask = torch.cat([torch.ones(n, committed, dtype=torch.bool, device=device), sees], dim=1)[None, None]
-        chunk = torch.tensor([[root, *tree.tokens]], device=device)
-        positions = torch.tensor([[committed + d for d in depth]], device=device)
-        out = model(input_ids=chunk, attention_mask=mask, position_ids=positions,
-                    output_hidden_states=layers is not None, **cache_kwargs(model, cache))
-        hidden = None if layers is None else torch.cat([out.hidden_states[k] for k in layers], dim=-1)
-        return out.logits[0].float(), hidden
+        return score_tree(self.verifier.model, cache, root, tree, layers)
+
+
+def score_tree(model, cache, root: int, tree: Tree, layers=None):
+    """The tree's one forward on the cache (module docstring): logits [N + 1, V] (float32) and the hidden states
+    [1, N + 1, H * len(layers)] or None. The cache then holds every node's columns after the committed ones."""
+    device = next(model.parameters()).device
+    committed = cache.get_seq_length()
+    n = len(tree) + 1
+    sees = torch.zeros(n, n, dtype=torch.bool, device=device)  # [N + 1, N + 1]: node i sees node j
+    sees[0, 0] = True
+    for i, parent in enumerate(tree.parents, 1):
+        sees[i] = sees[parent]
+        sees[i, i] = True
+    mask = torch.cat([torch.ones(n, committed, dtype=torch.bool, device=device), sees], dim=1)[None, None]
+    chunk = torch.tensor([[root, *tree.tokens]], device=device)
+    positions = torch.tensor([[committed + d for d in tree.depths()]], device=device)
+    out = model(input_ids=chunk, attention_mask=mask, position_ids=positions,
+                output_hidden_states=layers is not None, **cache_kwargs(model, cache))
+    hidden = None if layers is None else torch.cat([out.hidden_states[k] for k in layers], dim=-1)
+    return out.logits[0].float(), hidden
 
 
 def _walk(tree: Tree, logits: torch.Tensor, generator) -> tuple[list[int], list[int]]:

@@ -87,10 +87,13 @@ def test_greedy_run_reports_every_row_and_tunes_on_validation_only(tiny, monkeyp
     for key in ("speedup_vs_ar", "speedup_vs_hf_best_speculative", "greedy_identical", "mean_accepted", "drafter",
                 "rows", "tuning"):
         assert key in out
-    assert set(out["rows"]) == {"ar", "hf", "hf_lookup", "hf_assisted", "spec_lookup"}
+    assert set(out["rows"]) == {"ar", "hf", "hf_lookup", "hf_assisted", "spec_lookup", "spec_lookup_tree8",
+                                "spec_lookup_tree16"}
+    assert out["rows"]["spec_lookup_tree8"]["greedy_identical"] == 1.0  # trees: HF greedy, token for token
     assert out["drafter"] == "lookup" and out["row"] == "spec_lookup" and out["greedy"] is True
     lookup = out["rows"]["spec_lookup"]
     assert lookup["greedy_identical"] == 1.0 and out["greedy_identical"] == 1.0 and lookup["exact"]
+    assert lookup["greedy_identical_up_to_ties"] == 1.0 and out["greedy_identical_up_to_ties"] == 1.0
     assert out["rows"]["hf"]["greedy_identical"] == 1.0  # the reference itself
     assert out["mean_accepted"] == lookup["mean_accepted"] >= 0
     assert set(lookup["per_kind"]) == {"chat", "code", "math"}  # the file's first 3 prompts, kinds in turn
@@ -117,7 +120,7 @@ def test_sampled_run_omits_greedy_identical(tiny, capsys):
     out = json.loads(capsys.readouterr().out)
     assert "greedy_identical" not in out and out["greedy"] is False
     assert out["sampling"]["temperature"] == 0.8 and out["sampling"]["top_p"] == 0.9
-    assert set(out["rows"]) == {"ar", "hf", "hf_lookup", "spec_lookup"}  # no --hf-assistant: no assisted row
+    assert set(out["rows"]) == {"ar", "hf", "hf_lookup", "spec_lookup", "spec_lookup_tree8", "spec_lookup_tree16"}  # no --hf-assistant: no assisted row
     assert all("greedy_identical" not in row for row in out["rows"].values())
     assert out["speedup_vs_ar"] > 0 and out["speedup_vs_hf_best_speculative"] > 0
 

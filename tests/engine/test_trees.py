@@ -125,3 +125,26 @@ def test_generate_and_bench_take_trees_and_greedy_trees_equal_chains(capsys):
     rows = json.loads(capsys.readouterr().out)["rows"]
     assert rows["spec_ar_tree6"]["exact"] and rows["spec_ar_tree6"]["config"]["tree_budget"] == 6
     assert rows["spec_ar_tree6"]["new_tokens"] == rows["spec_ar"]["new_tokens"]
+
+
+def test_a_first_difference_counts_as_a_near_tie_only_within_the_bound(monkeypatch):
+    """`greedy_identical_up_to_ties`: a row that first differs from HF by HF's second choice counts when the top-2
+    gap is within the dtype's bound, and never by a token outside HF's top two."""
+    from architectures import build, hf_greedy
+
+    from specdiff.bench import ties
+    from specdiff.runs.prompts import Prompt
+
+    model = build("llama")
+    prompt = Prompt(ids=[5, 6, 7, 8], kind="", index=0, source="test")
+    reference, logits = hf_greedy(model, prompt.ids, new_tokens=6)
+    top = logits[3].topk(3)  # position 3: the first difference below
+    gap = float(top.values[0] - top.values[1])
+    second, third = reference[:3] + [int(top.indices[1])], reference[:3] + [int(top.indices[2])]
+    for bound, ids, counted in ((gap + 1e-3, second, True), (gap / 2, second, False), (1e9, third, False)):
+        monkeypatch.setattr(ties, "tie_bound", lambda dtype, bound=bound: bound)
+        rows = {"spec": {"greedy_identical": 0.0}, "same": {"greedy_identical": 1.0}}
+        records = {"spec": [{"ids": ids}], "same": [{"ids": reference}]}
+        ties.up_to_ties(rows, [prompt], [reference], records, model, "float32")
+        assert rows["spec"]["greedy_identical_up_to_ties"] == float(counted), (bound, ids)
+        assert rows["same"]["greedy_identical_up_to_ties"] == 1.0
