@@ -65,10 +65,11 @@ class AutoregressiveDrafter(Drafter):
             logits = self._forward(ids[:, -width:], chunk_mask)  # [b, V]
         if self.stateful:
             self.cache.begin(checkpoints=True)
-        tokens, probs = [], []
+        tokens, probs, confidence = [], [], []
         for i in range(block_size):
-            if self.point_mass:  # greedy: the argmax, no distribution formed
+            if self.point_mass:  # greedy: the argmax and its probability (a controller's floor), no q formed
                 token = logits.argmax(-1, keepdim=True)  # [b, 1]
+                confidence.append(torch.softmax(logits, dim=-1).amax(-1))  # [b]
             else:
                 step_probs = sampling_probs(logits, self.temperature, self.top_p, self.top_k)  # [b, V]
                 token = sample_rows(step_probs, generator)[:, None]  # [b, 1]
@@ -79,7 +80,8 @@ class AutoregressiveDrafter(Drafter):
                 if self.stateful:
                     self.cache.checkpoint()
         self.drafted_in_cache = block_size - 1
-        return Draft(tokens=torch.cat(tokens, dim=1), probs=torch.stack(probs, dim=1) if probs else None)
+        return Draft(tokens=torch.cat(tokens, dim=1), probs=torch.stack(probs, dim=1) if probs else None,
+                     confidence=torch.stack(confidence, dim=1) if confidence else None)
 
     def _forward(self, chunk: torch.Tensor, chunk_mask: torch.Tensor) -> torch.Tensor:
         """Feeds chunk [b, n] (chunk_mask False on columns to skip) on the cache; logits of the last column."""
