@@ -42,3 +42,11 @@ def test_spec_bench_is_tuned_on_the_six_kinds_validation_prompts_and_they_are_ne
                                     "validation_file": str(prompts.SPEC_BENCH_FILE)})
     with pytest.raises(ValueError, match="both measured and tuned on"):
         suites.suite(same, tokenizer=None)
+
+
+def test_the_spec_bench_preset_measures_the_file_from_any_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    settings = settings_.build("spec_bench", {"verifier": "smollm2-135m-instruct"})
+    suite = suites.suite(settings, tokenizer=None)
+    assert suite.measured_on.endswith("spec_bench48.jsonl") and suite.tuned_on.startswith("spec_validation.jsonl")
+    assert settings.trees and settings.repeats == 1 and settings.sampling == {"temperature": 0.0}

@@ -56,6 +56,8 @@ def validation_prompts(tokenizer, n: int | None = None, path: str | Path | None 
 def check_prompts_file(path) -> Path:
     """The measured prompts file (default TEST_FILE); the validation file is refused (it is tuned on)."""
     path = Path(path) if path is not None else TEST_FILE
+    if not path.is_file() and not path.is_absolute() and (DATA.parents[3] / path).is_file():
+        path = DATA.parents[3] / path  # a path from the source tree's root, as the presets give them
     if not path.is_file():
         raise ValueError(f"--prompts-file {str(path)!r} does not exist")
     if any(path.resolve() == shipped.resolve() for shipped in VALIDATION_FILES):
