@@ -148,3 +148,13 @@ def test_a_first_difference_counts_as_a_near_tie_only_within_the_bound(monkeypat
         ties.up_to_ties(rows, [prompt], [reference], records, model, "float32")
         assert rows["spec"]["greedy_identical_up_to_ties"] == float(counted), (bound, ids)
         assert rows["same"]["greedy_identical_up_to_ties"] == 1.0
+
+
+def test_the_recorded_bfloat16_bound_is_a_measurement_over_ten_thousand_positions():
+    import json
+
+    from specdiff.bench import ties
+
+    recorded = json.loads(ties.BOUNDS_FILE.read_text())["bfloat16"]
+    assert recorded["positions"] >= 10_000 and {"chain2", "chain16", "tree8+8"} <= set(recorded["shapes"])
+    assert ties.tie_bound("bfloat16") == recorded["bound"] > 0 and ties.tie_bound("float32") == 0.0
