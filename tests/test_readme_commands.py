@@ -61,9 +61,11 @@ COMMANDS: dict[str, tuple] = {
     "specdiff demo [--json] [--plot PNG]": (
         SLOW, "demo --json --plot {tmp}/demo.png --problems 2 --max-new-tokens 16"),
     "specdiff demo --rules": ("demo --rules --samples 1000 --vocab 16",),
-    "specdiff generate PROMPT... [--drafter masked|uniform|block|dflash|ar|lookup|PATH --verifier V -K 4 -B 16 "
-    "--rule linear --leniency 0.1 ...] [--json]": (
+    "specdiff generate PROMPT... [--drafter masked|uniform|block|dflash|ar|lookup|datastore|hybrid|PATH --verifier V "
+    "-K 4 -B 16 --rule linear --leniency 0.1 --tree-budget N --dtype bfloat16 ...] [--json]": (
         f"generate {shlex.quote(PROBLEM)} --drafter masked --verifier verifier -K 4 -B 16 --rule linear --leniency 0.1 "
+        "--max-new-tokens 8 --json",
+        f"generate {shlex.quote(PROBLEM)} --drafter masked --verifier verifier -B 4 --tree-budget 8 --dtype bfloat16 "
         "--max-new-tokens 8 --json",),
     f"specdiff generate --verifier {REAL} --chat MESSAGE [--chat ...] [--stream]": (
         SLOW, "real", f"generate --verifier {REAL} --chat 'What is the capital of France?' --max-new-tokens 8 --stream"),
