@@ -69,7 +69,7 @@ class AutoregressiveDrafter(Drafter):
         for i in range(block_size):
             if self.point_mass:  # greedy: the argmax and its probability (a controller's floor), no q formed
                 token = logits.argmax(-1, keepdim=True)  # [b, 1]
-                confidence.append(torch.softmax(logits, dim=-1).amax(-1))  # [b]
+                confidence.append(torch.exp(logits.amax(-1) - torch.logsumexp(logits, -1)))  # [b]: max softmax, unformed
             else:
                 step_probs = sampling_probs(logits, self.temperature, self.top_p, self.top_k)  # [b, V]
                 token = sample_rows(step_probs, generator)[:, None]  # [b, 1]

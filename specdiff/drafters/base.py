@@ -165,6 +165,16 @@ class Drafter:
         return self.propose(prefix, prefix_mask.bool(), block_size, generator)
 
 
+def point_mass_draft(drafts: list[list[int]], device) -> Draft:
+    """Deterministic drafts side by side (prompt lookup, datastore, a hybrid's free drafts): tokens [b, W] with
+    W the longest (>= 1: rows past their length hold a filler that is never verified), probs None, lengths [b]."""
+    tokens = torch.zeros(len(drafts), max(1, max(len(d) for d in drafts)), dtype=torch.long)
+    for r, draft in enumerate(drafts):
+        tokens[r, : len(draft)] = torch.tensor(draft, dtype=torch.long)
+    lengths = torch.tensor([len(d) for d in drafts], dtype=torch.long)
+    return Draft(tokens=tokens.to(device), probs=None, lengths=lengths.to(device))
+
+
 def bound_draft(draft: Draft, plan) -> Draft:
     """Sets draft.lengths [b]: B_r, or up to and with the first position whose confidence is below row r's
     floor, whichever is shorter. The confidence is draft.confidence, else the largest entry of draft.probs."""

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from specdiff.drafters.base import Draft, Drafter
+from specdiff.drafters.base import Draft, Drafter, point_mass_draft
 from specdiff.drafters.registry import KindSpec, register
 
 INDEX_DEPTH = 16  # positions are sorted by their first 16 tokens: matches are at most this long
@@ -190,12 +190,7 @@ class DatastoreDrafter(Drafter):
             found = self.index.continuation(n, lo, hi, limit, self.max_candidates, self.min_support) if n else []
             drafts.append(found)
             self.match_lengths.append(n if found else 0)
-        width = max(1, max(len(d) for d in drafts))
-        tokens = torch.zeros(len(drafts), width, dtype=torch.long)
-        for r, draft in enumerate(drafts):
-            tokens[r, : len(draft)] = torch.tensor(draft, dtype=torch.long)
-        lengths = torch.tensor([len(d) for d in drafts], dtype=torch.long)
-        return Draft(tokens=tokens.to(ids.device), probs=None, lengths=lengths.to(ids.device))
+        return point_mass_draft(drafts, ids.device)
 
 
 _INDEXES: dict[str, SuffixIndex] = {}  # data folder -> its index, built once per process
@@ -247,7 +242,7 @@ class DatastoreKind(KindSpec):
                 for n in grid.get("ngrams") or [12]]
 
     def run_options(self, run):
-        return {key: run.extra[key] for key in self.option_keys if key in run.extra}
+        return self.extra_options(run)
 
 
 register(DatastoreKind())

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from specdiff.drafters.base import Draft, Drafter
+from specdiff.drafters.base import Draft, Drafter, point_mass_draft
 from specdiff.drafters.registry import KindSpec, register
 
 
@@ -82,7 +82,7 @@ class HybridDrafter(Drafter):
         self.called = any(c is None for c in chosen)
         if not self.called:  # every row has a long match: no model call
             self.free_rounds += 1
-            return _free_draft(chosen, ids.device)
+            return point_mass_draft(chosen, ids.device)
         draft = self.drafter.propose(ids, key_mask, block_size, generator)  # tokens [b, B], probs [b, B, V]
         lengths = torch.full((batch,), draft.tokens.shape[1], dtype=torch.long) if draft.lengths is None \
             else draft.lengths.cpu().clone()
@@ -135,16 +135,6 @@ class HybridDrafter(Drafter):
             drafter.select(rows)
 
 
-def _free_draft(chosen: list[list[int]], device) -> Draft:
-    """The free drafts side by side: tokens [b, W], probs None (point masses), lengths [b]."""
-    width = max(1, max(len(c) for c in chosen))
-    tokens = torch.zeros(len(chosen), width, dtype=torch.long)
-    for r, free in enumerate(chosen):
-        tokens[r, : len(free)] = torch.tensor(free, dtype=torch.long)
-    lengths = torch.tensor([len(c) for c in chosen], dtype=torch.long)
-    return Draft(tokens=tokens.to(device), probs=None, lengths=lengths.to(device))
-
-
 class HybridKind(KindSpec):
     """The hybrid proposer: its parts are drafters the model cache builds (`parts`): the verifier's default model
     drafter (or `drafter=`), then prompt lookup and, where the verifier has a datastore, the datastore."""
@@ -184,7 +174,7 @@ class HybridKind(KindSpec):
                 for m in grid.get("min_matches") or [3]]
 
     def run_options(self, run):
-        return {key: run.extra[key] for key in self.option_keys if key in run.extra}
+        return self.extra_options(run)
 
 
 register(HybridKind())

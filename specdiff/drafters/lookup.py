@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from specdiff.drafters.base import Draft, Drafter
+from specdiff.drafters.base import Draft, Drafter, point_mass_draft
 from specdiff.drafters.registry import KindSpec, register
 
 
@@ -55,13 +55,8 @@ class PromptLookupDrafter(Drafter):
         limit = block_size if self.max_draft is None else min(block_size, self.max_draft)
         rows = [row[mask].tolist() for row, mask in zip(ids.cpu(), key_mask.cpu())]  # host: one copy per round
         found = [self._lookup(row, limit) for row in rows]
-        drafts, self.match_lengths = [d for d, _ in found], [n for _, n in found]
-        width = max(1, max(len(d) for d in drafts))
-        tokens = torch.zeros(len(drafts), width, dtype=torch.long)
-        for r, draft in enumerate(drafts):
-            tokens[r, : len(draft)] = torch.tensor(draft, dtype=torch.long)
-        lengths = torch.tensor([len(d) for d in drafts], dtype=torch.long)
-        return Draft(tokens=tokens.to(ids.device), probs=None, lengths=lengths.to(ids.device))
+        self.match_lengths = [n for _, n in found]
+        return point_mass_draft([d for d, _ in found], ids.device)
 
     def _lookup(self, row: list[int], limit: int) -> tuple[list[int], int]:
         """(the tokens after the most recent earlier occurrence of the row's last n tokens that is followed by
@@ -103,7 +98,7 @@ class LookupKind(KindSpec):
                 for n in grid.get("ngrams") or [3]]
 
     def run_options(self, run):
-        return {key: run.extra[key] for key in self.option_keys if key in run.extra}
+        return self.extra_options(run)
 
 
 register(LookupKind())

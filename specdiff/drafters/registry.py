@@ -120,6 +120,10 @@ class KindSpec:
             options["order"] = run.order
         return options
 
+    def extra_options(self, run) -> dict:
+        """The drafter keyword arguments a RunConfig carries in `extra` (a model-free kind's own knobs)."""
+        return {key: run.extra[key] for key in self.option_keys if key in run.extra}
+
     def describe(self, steps: int = 1, threshold: float | None = None, block_size: int = 8) -> str:
         """A short row name: "block tau=0.9 B=8", "uniform K=2 B=8", "dflash B=16", "AR drafter B=4"."""
         effort = ""

@@ -37,7 +37,7 @@ from specdiff.engine.controllers import parse_controller
 from specdiff.engine.stats import SequenceStats, Summary, summarize
 from specdiff.lm.cache import compaction_index, gather_columns
 from specdiff.lm.masks import left_pad
-from specdiff.lm.sampling import NonFiniteLogits, sample_rows
+from specdiff.lm.sampling import NonFiniteLogits, eos_token_ids, sample_rows  # noqa: F401  (eos_token_ids: re-exported)
 from specdiff.progress import progress as progress_bar
 from specdiff.verify import METHODS, VerifyResult, verify
 
@@ -403,18 +403,6 @@ def _select(ids: torch.Tensor, key_mask: torch.Tensor, rows: torch.Tensor):
 def _check_count(name: str, value) -> None:
     if isinstance(value, bool) or int(value) != value or value < 1:
         raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-
-
-def eos_token_ids(model, given=None) -> set[int]:
-    """EOS ids: as given, else the model's generation_config, else its config."""
-    if given is None:
-        generation_config = getattr(model, "generation_config", None)
-        given = getattr(generation_config, "eos_token_id", None)
-        if given is None:
-            given = getattr(model.config, "eos_token_id", None)
-    if given is None:
-        return set()
-    return {int(t) for t in ([given] if isinstance(given, int) else given)}
 
 
 def _pad_id(model) -> int:

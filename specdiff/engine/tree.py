@@ -30,10 +30,10 @@ import time
 
 import torch
 
-from specdiff.drafters.tree import Tree, best_first_tree, chain_tree, merge_trees  # noqa: F401
+from specdiff.drafters.tree import Tree
 from specdiff.engine.stats import SequenceStats
 from specdiff.lm.cache import cache_kwargs, keep_columns, new_cache
-from specdiff.lm.sampling import sample_rows, sampling_logits
+from specdiff.lm.sampling import eos_token_ids, sample_rows, sampling_logits
 
 
 class TreeGenerator:
@@ -49,8 +49,6 @@ class TreeGenerator:
         if int(depth) < 1 or int(budget) < 1:
             raise ValueError(f"depth and budget must be >= 1, got {depth}, {budget}")
         self.drafter, self.verifier, self.depth, self.budget = drafter, verifier, int(depth), int(budget)
-        from specdiff.engine.generate import eos_token_ids
-
         self.eos_token_ids = eos_token_ids(verifier.model, eos_token_id)
         self.exact = True
 

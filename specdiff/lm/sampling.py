@@ -118,3 +118,15 @@ def sample_fast(logits: torch.Tensor, temperature: float, top_p: float = 1.0, to
     if bool(wide.any()):
         choice[wide] = sample_rows(sampling_probs(logits[wide], temperature, top_p, top_k), generator)
     return choice
+
+
+def eos_token_ids(model, given=None) -> set[int]:
+    """EOS ids: as given, else the model's generation_config, else its config."""
+    if given is None:
+        generation_config = getattr(model, "generation_config", None)
+        given = getattr(generation_config, "eos_token_id", None)
+        if given is None:
+            given = getattr(model.config, "eos_token_id", None)
+    if given is None:
+        return set()
+    return {int(t) for t in ([given] if isinstance(given, int) else given)}
