@@ -102,6 +102,7 @@ def _stateful_modules(model) -> dict[int, torch.nn.Module]:
 
 def check_stateful_layers(model) -> dict[int, str]:
     """{layer index: kind} of the model's stateful layers; UnknownStatefulLayer names any class not in MIXERS."""
+    _check_transformers()
     kinds, unknown = {}, set()
     for index, module in _stateful_modules(model).items():
         name = type(module).__name__
@@ -114,6 +115,18 @@ def check_stateful_layers(model) -> dict[int, str]:
             f"{type(model).__name__} has layers that keep recurrent or convolution state specdiff cannot roll "
             f"back: {', '.join(sorted(unknown))} (known: {', '.join(sorted(MIXERS))})")
     return kinds
+
+
+def _check_transformers() -> None:
+    """The rollback reads transformers 5.24's layout of the hybrid layers (module docstring); 5.25 moved the state
+    updates into free functions, so a newer transformers is refused here, by name, not part-way into a round."""
+    import transformers
+
+    major, minor = (int(part) for part in transformers.__version__.split(".")[:2])
+    if (major, minor) >= (5, 25):
+        raise UnknownStatefulLayer(
+            f"hybrid (recurrent-state) models need transformers < 5.25; this is {transformers.__version__}: "
+            "pip install 'transformers<5.25'")
 
 
 def new_stateful_cache(model):

@@ -194,6 +194,18 @@ def test_unknown_stateful_layer_is_refused_before_generation(monkeypatch):
         sd.AutoregressiveDrafter(model)
 
 
+def test_a_transformers_newer_than_the_rollback_knows_is_refused_by_name(monkeypatch):
+    import transformers
+    from specdiff.lm import state
+
+    model = build("qwen3_5")
+    monkeypatch.setattr(transformers, "__version__", "5.25.0")
+    with pytest.raises(state.UnknownStatefulLayer, match=r"transformers < 5.25; this is 5.25.0"):
+        sd.Verifier(model)
+    monkeypatch.setattr(transformers, "__version__", "5.24.0")
+    sd.Verifier(model)  # the version it knows builds
+
+
 # the cache layer types each model's StatefulCache holds (transformers 5.24): together all three
 SELECT_LAYER_TYPES = {"falcon_h1": {"LinearAttentionAndFullAttentionLayer"},
                       "lfm2": {"LinearAttentionLayer", "DynamicLayer"},

@@ -54,7 +54,8 @@ def test_dflash_and_ar_name_the_verifiers_own_drafters_and_dflash_is_its_default
     from specdiff.runs import kinds
     from specdiff.bench import settings, speedup
 
-    def default_drafters(verifier):  # the real preset's drafters for a verifier: its own distilled ones, then lookup
+    def default_drafters(verifier):  # the real preset's drafters for a verifier: its own distilled ones, then the
+        # model-free ones (lookup; datastore and hybrid where the verifier has distillation data and a drafter)
         return list(speedup.drafter_references(settings.build("real", {"verifier": verifier})).values())
 
     assert kinds.default_drafter(VERIFIER) == f"{VERIFIER}-dflash"
@@ -64,7 +65,8 @@ def test_dflash_and_ar_name_the_verifiers_own_drafters_and_dflash_is_its_default
     assert kinds.resolve("ar", "verifier") == ("ar", "ar-drafter")  # the testbed keeps its own
     assert kinds.resolve("masked", "verifier") == ("masked", "masked-drafter")
     assert kinds.default_drafter("verifier") == "masked-drafter"
-    assert default_drafters(VERIFIER) == [f"{VERIFIER}-dflash", f"{VERIFIER}-ar", f"{VERIFIER}-masked", "lookup"]
+    assert default_drafters(VERIFIER) == [f"{VERIFIER}-dflash", f"{VERIFIER}-ar", f"{VERIFIER}-masked", "lookup",
+                                          "datastore", "hybrid"]
     assert default_drafters("some-other-model") == ["lookup"]
     with pytest.raises(ValueError, match=f"{VERIFIER}-dflash or {VERIFIER}-ar"):
         kinds.check_pair("masked-drafter", VERIFIER)  # the refusal names the drafters that do fit

@@ -124,4 +124,8 @@ def test_autoregressive_drafter_matches_model(tok):
         greedy = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=6, do_sample=False,
                                 min_new_tokens=6, pad_token_id=tok.pad_token_id)
     assert torch.equal(draft.tokens, greedy[:, ids.shape[1]:])
-    assert draft.probs.shape == (1, 6, len(tok))
+    assert drafter.point_mass and draft.probs is None  # greedy: a point mass, verified with q = onehot(y)
+    sampler = AutoregressiveDrafter(model, temperature=1.0)
+    sampled = sampler.draft(ids, None, 6, generator=torch.Generator().manual_seed(0))
+    assert not sampler.point_mass and sampled.probs.shape == (1, 6, len(tok))
+    assert torch.allclose(sampled.probs.sum(-1), torch.ones(1, 6), atol=1e-4)
