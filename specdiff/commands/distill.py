@@ -32,6 +32,11 @@ def register(subparsers) -> None:
     distill.add_argument("--dtype", choices=("auto", "float32", "bfloat16"), default=None,
                          help="the frozen verifier's dtype while training (the drafter trains in float32 on its "
                               "states; default auto: bfloat16 on CUDA or a CPU with native bfloat16, else float32)")
+    distill.add_argument("--target-loss", choices=("ce", "kl", "ce_tv"), default=None,
+                         help="what the drafter learns: ce, cross-entropy on the verifier's sampled tokens; kl, "
+                              "KL(p || q) against the verifier's own next-token distribution p; ce_tv, 0.1 CE + "
+                              "0.9 TV(p, q) (DSpark's); kl and ce_tv run the verifier each step (default ce; a "
+                              "resumed run keeps its own)")
     distill.add_argument("--seed", type=int, default=0)
     distill.add_argument("--json", action="store_true", help="print the training summary as JSON")
     sub = distill.add_subparsers(dest="distill_command", metavar="DISTILL_COMMAND")
@@ -98,7 +103,7 @@ def run_train(args) -> int:
     data = args.data or f"data/distill/{args.verifier}"
     summary = train(args.kind, args.verifier, data, args.out, steps=args.steps,
                     draft_size=args.draft_vocab or DRAFT_SIZE, seed=args.seed, show_progress=not args.json,
-                    shards=args.shards, dtype=args.dtype)
+                    shards=args.shards, dtype=args.dtype, target=args.target_loss)
     summary["out"] = args.out
     print(json.dumps(summary) if args.json else "  ".join(f"{k}: {v}" for k, v in summary.items()))
     return 0

@@ -4,7 +4,8 @@
   split per step, a pure function of (seed, step);
 - a verifier's regenerated conversations (`specdiff distill`): the shards of `specdiff distill data`
   (`zoo_tools.distill_data`, whose format is frozen), (prompt ids, response ids) each, and the verifier's hidden
-  states of them, computed once per shard and cached (float16).
+  states of them, computed once per shard and cached (float16), and its next-token distributions (`teacher`,
+  the soft targets), computed per step.
 
 Every builder returns the batch dict its objective reads; random cuts are drawn here, with the step's generator,
 before the objective draws its noise.
@@ -190,6 +191,31 @@ def stacked_states(target, layers, ids: torch.Tensor, keys: torch.Tensor) -> tor
     """[b, L, len(layers) * H]: the verifier's hidden states after decoder layers `layers`, concatenated."""
     out = target(input_ids=ids, attention_mask=keys.long(), output_hidden_states=True, logits_to_keep=1)
     return torch.cat([out.hidden_states[k + 1] for k in layers], dim=-1)
+
+
+def teacher(target, ids: torch.Tensor, keys: torch.Tensor, d2t: torch.Tensor | None = None, chunk: int = 512):
+    """The soft targets' `teacher` (`training.objectives.soft`): a function (rows [n], columns [n]) -> p [n, V_q]
+    float32, the frozen verifier's next-token distribution at its output (row, column) over right-padded ids
+    [b, L] (keys [b, L]), i.e. its distribution of token column + 1 given the tokens up to column: softmax over
+    its full vocabulary of its head over its last hidden states, in its own dtype (as it runs at inference), then
+    the columns of the draft vocabulary d2t [V_q] (None: all). No grad. The verifier's forward runs once, at the
+    first call (the masked recipe's two losses share it); the head at the distinct positions asked, `chunk` at a
+    time (a full vocabulary's logits are large)."""
+    cache = {}
+
+    @torch.no_grad()  # not inference_mode: p is saved for the drafter's backward
+    def probs(rows: torch.Tensor, columns: torch.Tensor) -> torch.Tensor:
+        if "states" not in cache:
+            cache["states"] = target.get_decoder()(input_ids=ids, attention_mask=keys.long()).last_hidden_state
+        states, head = cache["states"], target.get_output_embeddings()  # [b, L, H]
+        flat, inverse = torch.unique(rows * ids.shape[1] + columns, return_inverse=True)  # distinct positions
+        out = [states.new_zeros(0, len(d2t) if d2t is not None else head.weight.shape[0]).float()]
+        for part in flat.split(chunk):
+            p = head(states[part // ids.shape[1], part % ids.shape[1]]).float().softmax(-1)  # [c, V]
+            out.append(p if d2t is None else p[:, d2t])  # [c, V_q]
+        return torch.cat(out)[inverse]  # [n, V_q]
+
+    return probs
 
 
 def padded_states(states: list[torch.Tensor]) -> torch.Tensor:

@@ -15,6 +15,11 @@ full vocabulary so Hugging Face assisted generation can use it); masked (`masked
 conversation, t = 1 on an `all_masked` share, unweighted, bidirectional, + `ar_weight` * `next_token` causal on
 the same tokens).
 
+Targets (a recipe setting, `target`, `training.objectives.soft`): "ce" (default) the cross-entropy above on the
+data's tokens; "kl" KL(p || q) and "ce_tv" 0.1 CE + 0.9 TV(p, q) (DSpark's) at the same positions, with the same
+weights, against p, the frozen verifier's own next-token distribution there, recomputed each step by a forward of
+the verifier over the batch's conversations (`data.teacher`), compared on the drafter's vocabulary.
+
 Schedule (a recipe setting, `training.schedule`): warmup 50 steps, cosine to 0 from step 0. Resumable through
 `training.loop`: `<out>/checkpoint.pt` every `save_every_s` seconds with the run's settings; a rerun resumes there,
 with those settings, and ends with the same weights as an uninterrupted run.
@@ -33,6 +38,7 @@ from specdiff.training import build, data
 from specdiff.training.checkpoint import read
 from specdiff.training.loop import fit, trainable_state
 from specdiff.training.objectives import OBJECTIVES
+from specdiff.training.objectives.soft import TARGETS
 
 SCHEDULE = dict(warmup=50, lr_floor=0.0, decay_from="start", weight_decay=0.01, betas=(0.9, 0.95), clip=1.0)
 DRAFT_SIZE = 8192
@@ -76,6 +82,9 @@ def train(kind: str, verifier: str, data_dir: str | Path, out: str | Path, steps
         settings = {**state["settings"], "steps": steps or state["settings"]["steps"]}  # the run's own settings
     settings["shards"] = settings.get("shards", shards)
     settings["dtype"] = settings.get("dtype") or precision.resolve(dtype)
+    settings["target"] = settings.get("target", "ce")  # a checkpoint from before soft targets: "ce"
+    if settings["target"] not in TARGETS:
+        raise ValueError(f"unknown distillation target {settings['target']!r}; choose from {', '.join(TARGETS)}")
     conversations = data.conversations(data_dir, verifier, settings["shards"])
     if not conversations:
         raise ValueError(f"{data_dir} holds no conversations: run `specdiff distill data --verifier {verifier}`")
@@ -119,6 +128,15 @@ def _pick(conversations, settings, generator) -> tuple[list[int], list]:
     return picks, [conversations[i] for i in picks]
 
 
+def _soft(target, settings, d2t, batch: dict) -> dict:
+    """The batch keys of the soft targets (`objectives.soft`): none for "ce" (the batch as it was), else `target`
+    and the verifier's lazy `teacher` over the batch's `ids` (p on the drafter's rows d2t)."""
+    if settings.get("target", "ce") == "ce":
+        return {}
+    rows = None if len(d2t) == int(target.config.vocab_size) else torch.as_tensor(d2t)  # a full vocabulary: all
+    return dict(target=settings["target"], teacher=data.teacher(target, batch["ids"], batch["keys"], rows))
+
+
 def _dflash_loss(model, target, conversations, settings, d2t, data_dir, out, show_progress):
     """`dflash` over `anchors` blocks per conversation, on the verifier's cached hidden states."""
     layers = list(model.config.target_layer_ids)
@@ -133,6 +151,7 @@ def _dflash_loss(model, target, conversations, settings, d2t, data_dir, out, sho
         picks, chosen = _pick(conversations, settings, generator)
         batch = dict(conversations=chosen, context=data.padded_states([states[i] for i in picks]), **tables,
                      block=settings["block"], anchors=settings["anchors"], gamma=settings["gamma"])
+        batch.update(_soft(target, settings, d2t, data.conversation_batch(chosen)))  # the teacher's ids
         return OBJECTIVES["dflash"](model, batch, generator)
 
     return step_loss
@@ -142,7 +161,8 @@ def _ar_loss(model, target, conversations, settings, d2t, data_dir, out, show_pr
     """`next_token` on `positions` random response positions per conversation."""
     def step_loss(step: int, generator: torch.Generator) -> torch.Tensor:
         _, chosen = _pick(conversations, settings, generator)
-        return OBJECTIVES["next_token"](model, data.conversation_batch(chosen, settings.get("positions")), generator)
+        batch = data.conversation_batch(chosen, settings.get("positions"))
+        return OBJECTIVES["next_token"](model, {**batch, **_soft(target, settings, d2t, batch)}, generator)
 
     return step_loss
 
@@ -152,6 +172,7 @@ def _masked_loss(model, target, conversations, settings, d2t, data_dir, out, sho
     def step_loss(step: int, generator: torch.Generator) -> torch.Tensor:
         _, chosen = _pick(conversations, settings, generator)
         batch = data.cut_batch(chosen, settings["block"], generator)
+        batch.update(_soft(target, settings, d2t, batch))  # one teacher for both losses
         loss = OBJECTIVES["masked_diffusion"](model, {**batch, "all_masked": settings["all_masked"],
                                                       "weighting": "none"}, generator)
         if not settings["ar_weight"]:
@@ -164,10 +185,11 @@ def _masked_loss(model, target, conversations, settings, d2t, data_dir, out, sho
 
 RECIPES = {
     "dflash": Recipe(dict(steps=4500, batch=4, anchors=16, lr=2e-3, block=16, gamma=4.0, layers=1, intermediate=1536,
-                          anchor_state=True), _dflash_loss, draft_vocab=True, names_class=False),
-    "ar": Recipe(dict(steps=400, batch=8, lr=1e-3, ar_layers=(0,), positions=64), _ar_loss),
+                          anchor_state=True, target="ce"), _dflash_loss, draft_vocab=True, names_class=False),
+    "ar": Recipe(dict(steps=400, batch=8, lr=1e-3, ar_layers=(0,), positions=64, target="ce"), _ar_loss),
     "masked": Recipe(dict(steps=3000, batch=16, lr=2e-3, block=16, hidden=192, layers=2, heads=3, kv_heads=1,
-                          intermediate=640, ar_weight=1.0, positions=64, all_masked=0.25), _masked_loss,
+                          intermediate=640, ar_weight=1.0, positions=64, all_masked=0.25,
+                          target="ce"), _masked_loss,
                      draft_vocab=True),
 }
 DEFAULTS = {kind: recipe.defaults for kind, recipe in RECIPES.items()}  # each kind's settings

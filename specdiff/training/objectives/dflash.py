@@ -10,18 +10,29 @@ batch: `conversations` [(prompt ids, response ids)] * b, `context` [b, W, H_c] t
 drafter's `target_layer_ids`, `embeddings` [V, H] and `head` [V_d, H] (the verifier's frozen input table and the
 draft vocabulary's rows of its LM head), `to_draft` [V] (-100 outside the draft vocabulary), `block`, `anchors`
 (random blocks per conversation, all in one forward: block j attends to the context before its anchor and
-bidirectionally to itself), `gamma`, optionally `anchors_at` [b, A].
+bidirectionally to itself), `gamma`, optionally `anchors_at` [b, A]; for soft targets (`objectives.soft`)
+`target` ("kl", "ce_tv"; default "ce": the loss above) and `teacher` over the conversations (prompt + response,
+right-padded): block position k of anchor a is the teacher's output at a + k - 1, every position inside the
+conversation is trained with the same w_k, the CE term where x_{a+k} is in the draft vocabulary.
 """
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 
+from specdiff.training.objectives.soft import soft_loss
+
 
 def dflash(model, batch: dict, generator: torch.Generator | None = None) -> torch.Tensor:
-    """The module docstring's weighted cross-entropy."""
-    logits, targets = dflash_logits(model, batch, generator)  # [b, A, B - 1, V_d], [b, A, B - 1]
+    """The module docstring's weighted cross-entropy (or the soft target's loss on the same positions)."""
+    logits, targets, starts, inside = _block_logits(model, batch, generator)  # [b, A, B - 1, V_d], [b, A, B - 1],
+    # [b, A], [b, A, B - 1]
     weights = torch.exp(-torch.arange(batch["block"] - 1, dtype=torch.float) / batch["gamma"]).expand_as(targets)
+    if batch.get("target", "ce") != "ce":
+        columns = (starts[:, :, None] + torch.arange(batch["block"] - 1)).expand_as(targets)  # [b, A, B - 1]
+        rows = torch.arange(len(targets))[:, None, None].expand_as(targets)  # [b, A, B - 1]
+        return soft_loss(logits[inside], batch["teacher"](rows[inside], columns[inside]), batch["target"],
+                         targets[inside], weights[inside])
     weights = weights * (targets >= 0)
     losses = F.cross_entropy(logits.flatten(0, 2), targets.flatten(), ignore_index=-100, reduction="none")
     return (losses * weights.flatten()).sum() / weights.sum().clamp(min=1)
@@ -29,6 +40,12 @@ def dflash(model, batch: dict, generator: torch.Generator | None = None) -> torc
 
 def dflash_logits(model, batch: dict, generator: torch.Generator | None = None):
     """(logits [b, A, B - 1, V_d], targets [b, A, B - 1] draft-vocabulary rows, -100 where none)."""
+    return _block_logits(model, batch, generator)[:2]
+
+
+def _block_logits(model, batch: dict, generator: torch.Generator | None = None):
+    """dflash_logits's pair, and the anchors [b, A] and which block positions lie inside the conversation
+    [b, A, B - 1] bool."""
     conversations, context, block, anchors = batch["conversations"], batch["context"], batch["block"], batch["anchors"]
     rows = [torch.as_tensor(p + r) for p, r in conversations]
     size, width, n = context.shape[-1], max(len(r) for r in rows), len(rows)
@@ -59,5 +76,6 @@ def dflash_logits(model, batch: dict, generator: torch.Generator | None = None):
                 attention_mask={t: attend for t in set(model.config.layer_types)})
     states = out.last_hidden_state.view(n, anchors, block, -1)[:, :, 1:]  # [b, A, B - 1, H]
     targets = gathered[:, :, 1:]
-    targets = torch.where(targets >= 0, batch["to_draft"][targets.clamp(min=0)], -100)  # out of vocabulary: no loss
-    return states @ batch["head"].T, targets
+    inside = targets >= 0  # [b, A, B - 1]
+    targets = torch.where(inside, batch["to_draft"][targets.clamp(min=0)], -100)  # out of vocabulary: no loss
+    return states @ batch["head"].T, targets, starts, inside

@@ -12,7 +12,9 @@ batch: `ids` x0 [b, L], `keys` [b, L] bool (real tokens), `noisable` [b, L] bool
 - `weighting`: "inverse_t" (w = 1/t, N = the noisable tokens: the testbed's, an ELBO estimate) or "none"
   (w = 1, N = the masked tokens: the distilled drafter's mean);
 - the testbed's masking modes (`mask_tokens`): `group_prob` with `groups` [b, L], `result_prob` with
-  `result_rank` [b, L], `prefix_prob` with `prefix_masking`.
+  `result_rank` [b, L], `prefix_prob` with `prefix_masking`;
+- soft targets (`objectives.soft`, with `weighting="none"`): `target` ("kl", "ce_tv"; default "ce": the loss
+  above) and `teacher` over `ids` (x0); every masked position is trained, the CE term where x_j is a row of q.
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ import torch.nn.functional as F
 
 from specdiff.lm.masks import bidirectional_mask
 from specdiff.training.objectives.heads import block_causal, hidden, logits, targets
+from specdiff.training.objectives.soft import soft_loss
 
 MASK_EPS = 1e-3  # smallest masking ratio t
 
@@ -43,6 +46,12 @@ def masked_diffusion(model, batch: dict, generator: torch.Generator | None = Non
                  else bidirectional_mask(keys))
     states = hidden(model, noisy, attention, column.expand(b, length))  # [b, L, d]
     chosen = masked[:, 1:]  # Dream's shift: the output at j - 1 is token j's distribution
+    if batch.get("target", "ce") != "ce":
+        if batch.get("weighting", "inverse_t") != "none":
+            raise ValueError("soft targets are the distilled drafters': masked_diffusion with weighting='none'")
+        rows, columns = chosen.nonzero(as_tuple=True)  # the order of [chosen]; the teacher's output at j - 1
+        return soft_loss(logits(model, states[:, :-1][chosen]), batch["teacher"](rows, columns), batch["target"],
+                         targets(model, x0[:, 1:][chosen]))
     ce = F.cross_entropy(logits(model, states[:, :-1][chosen]), targets(model, x0[:, 1:][chosen]),
                          ignore_index=-100, reduction="none")  # [n]
     if batch.get("weighting", "inverse_t") == "none":
