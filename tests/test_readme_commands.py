@@ -61,6 +61,8 @@ COMMANDS: dict[str, tuple] = {
     "specdiff demo [--json] [--plot PNG]": (
         SLOW, "demo --json --plot {tmp}/demo.png --problems 2 --max-new-tokens 16"),
     "specdiff demo --rules": ("demo --rules --samples 1000 --vocab 16",),
+    "specdiff demo --real [--json] [--dtype D] [--plot PNG]": (  # no size flag: tests/real/test_demo_real.py runs it small
+        SLOW, "real", "demo --real --json --dtype float32 --plot {tmp}/real.png"),
     "specdiff generate PROMPT... [--drafter masked|uniform|block|dflash|ar|lookup|datastore|hybrid|PATH --verifier V "
     "-K 4 -B 16 --rule linear --leniency 0.1 --tree-budget N --dtype bfloat16 ...] [--json]": (
         f"generate {shlex.quote(PROBLEM)} --drafter masked --verifier verifier -K 4 -B 16 --rule linear --leniency 0.1 "

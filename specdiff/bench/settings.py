@@ -79,6 +79,7 @@ class Settings:
                            "(spec_<kind>_batch<N>)")
     trees: list = _f([], "draft-tree node budgets measured on every drafter's tuned configuration, B deep "
                      "(spec_<kind>_tree<N>, batch 1, lossless)")
+    tree_drafters: list = _f([], "the drafter kinds that get the tree rows ([]: every drafter)")
     tradeoff_steps: list = _f([], "effort rows spec_<kind> K=k at each K (drafters whose effort is K)")
     leniency: list = _f([], "leniency rows RULE:VALUE at the tuned B with K = 1 (linear, typical, tv, cactus)")
     kinds: dict = _f({}, "per-kind grid tables ({NAME = {blocks = [...], ...}})")

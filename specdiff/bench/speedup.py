@@ -46,7 +46,8 @@ def speedup(settings, tuning: dict | None = None, say=None) -> dict:
                                                        "batch_size": n}) for n in settings.batch_sizes})
     configs.update({f"spec_{kind}_tree{n}": RunConfig(**{**chosen[f"spec_{kind}"]["config"], "tree_budget": n,
                                                            "name": f"spec_{kind}_tree{n}"})
-                    for kind in references for n in settings.trees if f"spec_{kind}" in chosen})
+                    for kind in references for n in settings.trees if f"spec_{kind}" in chosen
+                    and (not settings.tree_drafters or kind in settings.tree_drafters)})
     steps_kinds = [kind for kind in references if "steps" in _spec(kind).effort]
     extra, lenient = tradeoffs.tradeoff_rows(steps_kinds, chosen, tuning["grid"], settings)
     configs.update(extra)
@@ -174,14 +175,19 @@ def estimate(settings, references: dict, suite, verifier, tuned: bool = False) -
     stepped = sum("steps" in _spec(kind).effort for kind in references)
     tune_tokens = 0 if tuned else ((candidates + 2 * adaptive) * suite.validation_size * settings.tune_repeats
                                    * (settings.tune_max_new_tokens or settings.max_new_tokens))
-    rows = (4 + len(references) + len(controlled) + len(settings.batch_sizes)
+    trees = len(settings.trees) * len([kind for kind in references
+                                       if not settings.tree_drafters or kind in settings.tree_drafters])
+    with_controllers = [kind for i, kind in enumerate(references)
+                        if kind in controlled and tuner.controllers_of(settings, kind, i)]
+    plain_rows = 2 + bool(settings.hf_lookup_tokens) + (settings.hf_assistant != "none")  # ar, hf, HF's speculative
+    rows = (plain_rows + len(references) + len(with_controllers) + len(settings.batch_sizes) + trees
             + stepped * (len(settings.tradeoff_steps) + 2 * len(settings.leniency)))
     n = len(suite.test)
     test_tokens = rows * n * (settings.repeats + 0.2) * settings.max_new_tokens
     minutes = (tune_tokens + test_tokens) * per_token / 60
     return (f"about {minutes:.0f} min: {'no tuning (a tuning file)' if tuned else f'{candidates} tuning candidates'}"
             f" on {suite.validation_size} validation prompts, about {rows} rows on {n} test prompts x "
-            f"{settings.repeats} repeats, at plain decoding's {1000 * per_token:.0f} ms/token (an upper bound)")
+            f"{settings.repeats} repeats, at plain decoding's {1000 * per_token:.0f} ms/token (longer where rows are slower than plain decoding)")
 
 
 def _setup(settings):

@@ -10,7 +10,8 @@ are timed interleaved: the problems run in chunks of `INTERLEAVE`, every row on 
 that a change of machine load moves every row alike (the masked kind also shows its adaptive row).
 
 `specdiff demo --rules` is the synthetic one-position demo of every acceptance rule
-(`specdiff.runs.rules_demo`).
+(`specdiff.runs.rules_demo`). `specdiff demo --real` is the real pair (SmolLM2-135M-Instruct with plain decoding,
+prompt lookup, its DFlash drafter, the hybrid and a draft tree: `specdiff.bench.demo_real`).
 """
 from __future__ import annotations
 
@@ -44,8 +45,14 @@ def register(subparsers) -> None:
                       help=f"the run-time controller of the masked drafter's adaptive row (default "
                            f"{_default_controller()}; docs/adaptive.md)")
     demo.add_argument("--plot", metavar="PNG", default="demo_frontier.png",
-                      help="accuracy against throughput (default demo_frontier.png; '' for none)")
+                      help="accuracy against throughput (default demo_frontier.png; with --real demo_real_frontier.png: "
+                           "speedup against tokens per round; '' for none)")
     demo.add_argument("--rules", action="store_true", help="the synthetic demo of every acceptance rule instead")
+    demo.add_argument("--real", action="store_true",
+                      help="the real pair instead: SmolLM2-135M-Instruct (fetched when missing) with plain decoding, "
+                           "prompt lookup, its DFlash drafter, the hybrid and a draft tree side by side (about 3 min)")
+    demo.add_argument("--dtype", choices=("float32", "bfloat16"), default=None,
+                      help="--real: the real models' dtype (default: bfloat16 where the hardware has it, else float32)")
     rules = demo.add_argument_group("--rules options")
     rules.add_argument("--samples", type=positive_int, default=None,
                        help="rows verified per rule (default: 100,000, fewer for a large --vocab so that a rule "
@@ -81,9 +88,18 @@ def run(args) -> int:
     args.threads = default_threads(args)
     if args.plot:
         _check_writable(args.plot)
+    if args.rules and args.real:
+        raise ValueError("--rules and --real are two different demos: give one")
     if args.rules:
         args.plot = args.plot if args.plot != "demo_frontier.png" else None
         return _run_rules(args)
+    if args.real:
+        if args.drafter or args.controller:
+            raise ValueError("--drafter and --controller are the testbed demo's; --real runs its own rows "
+                             "(`specdiff bench speedup --verifier smollm2-135m-instruct` measures any drafter)")
+        return _run_real(args)
+    if args.dtype:
+        raise ValueError("--dtype is for --real: the testbed models are float32")
     import torch
 
     from specdiff.runs.demo import run_demo, save_frontier_plot
@@ -109,6 +125,47 @@ def run(args) -> int:
     else:
         _print_table(out)
     return 0
+
+
+def _run_real(args) -> int:
+    """`demo --real`: the real pair through the one bench (`specdiff.bench.demo_real`)."""
+    import sys
+
+    from specdiff.bench.demo_real import real_demo, table_rows
+
+    plot = None if not args.plot else ("demo_real_frontier.png" if args.plot == "demo_frontier.png" else args.plot)
+    say = (lambda *a: print(*a, file=sys.stderr)) if args.json else print
+    report = real_demo(args.dtype, plot, say, show_progress=not args.json)
+    if args.json:
+        print(json.dumps({key: report[key] for key in report if key not in ("tuning", "settings")}, indent=1))
+        return 0
+    _print_real_table(report, table_rows(report))
+    return 0
+
+
+def _print_real_table(report: dict, lines: list[dict]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{report['verifier']}, {report['dtype']}, greedy, {report['prompts']} held-out prompts x "
+                        f"{report['max_new_tokens']} new tokens, batch 1, {report['threads']} threads")
+    for column in ("row", "tokens/s", "speedup", "accepted/round", "tokens/round", "drafter cost", "exact",
+                   "= greedy"):
+        table.add_column(column, justify="left" if column == "row" else "right")
+    for line in lines:
+        same = line["up_to_ties"] if line["up_to_ties"] is not None else line["greedy_identical"]
+        table.add_row(line["row"], f"{line['tokens_per_s']:.1f}", f"{line['speedup_vs_ar']:.2f}x",
+                      f"{line['mean_accepted']:.2f}", f"{line['tokens_per_round']:.2f}",
+                      "-" if line["drafter_cost"] is None else f"{line['drafter_cost']:.2f} step",
+                      "yes" if line["exact"] else "no", "-" if same is None else f"{same:.2f}")
+    console = Console(width=max(Console().width, 110))
+    console.print(table)
+    if "plot" in report:
+        console.print(f"plot: {report['plot']}")
+    console.print("ar: specdiff's plain cached decoding (1.00x); hf: transformers' generate, the greedy reference. "
+                  "Drafter cost: the drafter's seconds per round in plain-decoding steps. '= greedy': the share of "
+                  "prompts whose output equals HF greedy (up to near-ties in bfloat16). The configurations were chosen "
+                  "on validation prompts (docs/real_models.md).")
 
 
 def _run_rules(args) -> int:
