@@ -77,8 +77,8 @@ class Settings:
     adaptive_cache: str = _f("", "with a controller: the prefix cache (\"\": the tuned one)")
     batch_sizes: list = _f([], "the first drafter's tuned configuration again at these batch sizes "
                            "(spec_<kind>_batch<N>)")
-    trees: list = _f([], "draft-tree node budgets measured on every drafter's tuned configuration, B deep "
-                     "(spec_<kind>_tree<N>, batch 1, lossless)")
+    trees: list = _f([], "draft-tree node budgets tried on validation on every drafter's tuned configuration, B "
+                     "deep; the fastest is measured (spec_<kind>_tree<N>, batch 1, lossless)")
     tree_drafters: list = _f([], "the drafter kinds that get the tree rows ([]: every drafter)")
     tradeoff_steps: list = _f([], "effort rows spec_<kind> K=k at each K (drafters whose effort is K)")
     leniency: list = _f([], "leniency rows RULE:VALUE at the tuned B with K = 1 (linear, typical, tv, cactus)")

@@ -7,8 +7,9 @@ prompts (`timer.measure`), then the report (`report.report`). Rows:
 - `hf_lookup` (HF prompt lookup at its tuned N, when `hf_lookup_tokens` is not empty) and `hf_assisted`
   (transformers' assisted generation with `hf_assistant`, by default the verifier's AR drafter where one fits);
 - `spec_<kind>` per drafter at its tuned configuration; `spec_<kind>_adaptive` with its tuned controller;
-  `spec_<kind>_batch<N>` (the first drafter, `batch_sizes`); `spec_<kind>_tree<N>` (every drafter's tuned
-  configuration with draft trees of N nodes, `trees`); the effort and leniency rows of `tradeoffs`.
+  `spec_<kind>_batch<N>` (the first drafter, `batch_sizes`); `spec_<kind>_tree<N>` (a drafter's tuned
+  configuration with draft trees of N nodes, the budget of `trees` chosen on validation; every budget of `trees`
+  when the tuning file has no choice); the effort and leniency rows of `tradeoffs`.
 `estimate` says, before anything is tuned, about how long the run takes.
 """
 from __future__ import annotations
@@ -40,14 +41,17 @@ def speedup(settings, tuning: dict | None = None, say=None) -> dict:
     if assistant is not None:
         methods["hf_assisted"] = rows_.hf(verifier, "hf_assisted", assistant_model=load_assistant(assistant, verifier, cache),
                                           config={"assistant_model": assistant})
-    configs = {row: RunConfig(**{**chosen[row]["config"], "name": row}) for row in chosen if row.startswith("spec_")}
+    configs = {row: RunConfig(**{**chosen[row]["config"], "name": row}) for row in chosen
+               if row.startswith("spec_") and not row.endswith("_tree")}  # a tree's row is named by its budget below
     first = f"spec_{next(iter(references))}"
     configs.update({f"{first}_batch{n}": RunConfig(**{**chosen[first]["config"], "name": f"{first}_batch{n}",
                                                        "batch_size": n}) for n in settings.batch_sizes})
-    configs.update({f"spec_{kind}_tree{n}": RunConfig(**{**chosen[f"spec_{kind}"]["config"], "tree_budget": n,
-                                                           "name": f"spec_{kind}_tree{n}"})
-                    for kind in references for n in settings.trees if f"spec_{kind}" in chosen
-                    and (not settings.tree_drafters or kind in settings.tree_drafters)})
+    for kind in tuner.tree_kinds(references, settings):  # the budget chosen on validation (else each budget)
+        tree = chosen.get(f"spec_{kind}_tree")
+        budgets = [tree["config"]["tree_budget"]] if tree else settings.trees if f"spec_{kind}" in chosen else []
+        for n in budgets:
+            base = tree["config"] if tree else chosen[f"spec_{kind}"]["config"]
+            configs[f"spec_{kind}_tree{n}"] = RunConfig(**{**base, "tree_budget": n, "name": f"spec_{kind}_tree{n}"})
     steps_kinds = [kind for kind in references if "steps" in _spec(kind).effort]
     extra, lenient = tradeoffs.tradeoff_rows(steps_kinds, chosen, tuning["grid"], settings)
     configs.update(extra)
@@ -175,8 +179,9 @@ def estimate(settings, references: dict, suite, verifier, tuned: bool = False) -
     stepped = sum("steps" in _spec(kind).effort for kind in references)
     tune_tokens = 0 if tuned else ((candidates + 2 * adaptive) * suite.validation_size * settings.tune_repeats
                                    * (settings.tune_max_new_tokens or settings.max_new_tokens))
-    trees = len(settings.trees) * len([kind for kind in references
-                                       if not settings.tree_drafters or kind in settings.tree_drafters])
+    tree_kinds = tuner.tree_kinds(references, settings)
+    candidates += len(settings.trees) * len(tree_kinds) if len(settings.trees) > 1 else 0
+    trees = len(tree_kinds)
     with_controllers = [kind for i, kind in enumerate(references)
                         if kind in controlled and tuner.controllers_of(settings, kind, i)]
     plain_rows = 2 + bool(settings.hf_lookup_tokens) + (settings.hf_assistant != "none")  # ar, hf, HF's speculative

@@ -5,7 +5,8 @@ Terms:
 - a row: what the measurement reports (`spec_<kind>`, `spec_<kind>_adaptive`, `hf_lookup`); its candidates are
   configurations: a drafter's from its kind's grid (`settings.grid`, `KindSpec.bench_candidates`, B capped at
   the drafter's trained block), HF prompt lookup's from `hf_lookup_tokens`, a drafter's adaptive ones from its
-  tuned configuration with each controller (`adaptive_candidates`), tuned after the fixed ones;
+  tuned configuration with each controller (`adaptive_candidates`), tuned after the fixed ones; its draft-tree
+  ones (`spec_<kind>_tree`) from its tuned configuration at each node budget of `trees` (`tree_candidates`);
 - `choose`: the fastest candidate by tokens/s; candidates within TIE_TOLERANCE of it are tied, and the tie goes
   to more tokens per round;
 - a tuning (what `tune` returns and `specdiff bench tune` writes): {"chosen": {row: {config, exact,
@@ -51,6 +52,12 @@ def tune(references: dict, settings, suite, cache, verifier, say=None) -> dict:
             methods[config.name], groups[config.name] = rows.speculative(config, cache), f"spec_{kind}_adaptive"
     if methods:
         _run(methods, groups, suite, settings, tuning, say, "tune adaptive")
+    methods, groups = {}, {}
+    for kind in tree_kinds(references, settings) if len(settings.trees) > 1 else []:  # one budget: no choice
+        for config in tree_candidates(kind, RunConfig(**tuning["chosen"][f"spec_{kind}"]["config"]), settings):
+            methods[config.name], groups[config.name] = rows.speculative(config, cache), f"spec_{kind}_tree"
+    if methods:
+        _run(methods, groups, suite, settings, tuning, say, "tune trees")
     tuning.update(prompts=len(suite.validation), kinds=sorted({p.kind for p in suite.validation}))
     return tuning
 
@@ -95,6 +102,21 @@ def adaptive_candidates(kind: str, reference: str, tuned, settings, controllers)
                                    prefix_cache=tuned.prefix_cache if cache is None else cache, extra=dict(tuned.extra),
                                    sampling=dict(tuned.sampling)))
     return out
+
+
+def tree_kinds(references: dict, settings) -> list[str]:
+    """The drafter kinds that get draft-tree rows: every drafter with `trees`, or those of `tree_drafters`."""
+    if not settings.trees:
+        return []
+    return [kind for kind in references if not settings.tree_drafters or kind in settings.tree_drafters]
+
+
+def tree_candidates(kind: str, tuned, settings) -> list:
+    """A drafter's tuned configuration (its B the tree's depth) at each node budget of `settings.trees`."""
+    from dataclasses import replace
+
+    return [replace(tuned, name=f"{kind} tree {n}", tree_budget=int(n), extra=dict(tuned.extra),
+                    sampling=dict(tuned.sampling)) for n in settings.trees]
 
 
 def controllers_of(settings, kind: str, index: int) -> list:

@@ -158,3 +158,25 @@ def test_the_recorded_bfloat16_bound_is_a_measurement_over_ten_thousand_position
     recorded = json.loads(ties.BOUNDS_FILE.read_text())["bfloat16"]
     assert recorded["positions"] >= 10_000 and {"chain2", "chain16", "tree8+8"} <= set(recorded["shapes"])
     assert ties.tie_bound("bfloat16") == recorded["bound"] > 0 and ties.tie_bound("float32") == 0.0
+
+
+def test_the_tree_budget_is_chosen_on_validation_and_only_it_is_measured(tmp_path, capsys):
+    import json
+
+    from specdiff.cli import main
+
+    common = ["--problems", "1", "--set", "tune_problems=2", "--repeats", "1", "--max-new-tokens", "12",
+              "--set", "blocks=[4]", "--set", "steps=[1]", "--set", "caches=[\"off\"]", "--set", "controllers=[]",
+              "--set", "batch_sizes=[]", "--set", "trees=[3,8]", "--set", "tree_drafters=[\"ar\"]",
+              "--drafters", "ar"]
+    tuning_file = tmp_path / "tuning.json"
+    assert main(["bench", "tune", "--out", str(tuning_file), *common]) == 0
+    capsys.readouterr()
+    tuning = json.loads(tuning_file.read_text())
+    tried = {row["config"]["tree_budget"] for row in tuning["grid"] if row["row"] == "spec_ar_tree"}
+    assert tried == {3, 8}  # every budget, on the validation prompts only
+    budget = tuning["chosen"]["spec_ar_tree"]["config"]["tree_budget"]
+    assert main(["bench", "speedup", "--json", "--tuning", str(tuning_file), *common]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert [name for name in rows if "_tree" in name] == [f"spec_ar_tree{budget}"]
+    assert rows[f"spec_ar_tree{budget}"]["exact"]
