@@ -87,9 +87,10 @@ def test_greedy_run_reports_every_row_and_tunes_on_validation_only(tiny, monkeyp
     for key in ("speedup_vs_ar", "speedup_vs_hf_best_speculative", "greedy_identical", "mean_accepted", "drafter",
                 "rows", "tuning"):
         assert key in out
-    assert set(out["rows"]) == {"ar", "hf", "hf_lookup", "hf_assisted", "spec_lookup", "spec_lookup_tree8",
-                                "spec_lookup_tree16"}
-    assert out["rows"]["spec_lookup_tree8"]["greedy_identical"] == 1.0  # trees: HF greedy, token for token
+    budget = out["tuning"]["chosen"]["spec_lookup_tree"]["config"]["tree_budget"]  # chosen on validation
+    assert budget in (8, 16)  # the real preset's trees
+    assert set(out["rows"]) == {"ar", "hf", "hf_lookup", "hf_assisted", "spec_lookup", f"spec_lookup_tree{budget}"}
+    assert out["rows"][f"spec_lookup_tree{budget}"]["greedy_identical"] == 1.0  # trees: HF greedy, token for token
     assert out["drafter"] == "lookup" and out["row"] == "spec_lookup" and out["greedy"] is True
     lookup = out["rows"]["spec_lookup"]
     assert lookup["greedy_identical"] == 1.0 and out["greedy_identical"] == 1.0 and lookup["exact"]
@@ -105,13 +106,15 @@ def test_greedy_run_reports_every_row_and_tunes_on_validation_only(tiny, monkeyp
     assert out["speedup_vs_hf_best_speculative"] == pytest.approx(lookup["tokens_per_s"] / hf_best)
     # tuning: every (B, n) of the grid and each HF N, on validation prompts only, never on --prompts-file
     names = {row["name"] for row in out["tuning"]["grid"]}
-    assert names == {"lookup B=4 n=2", "lookup B=8 n=2", "hf prompt lookup N=3", "hf prompt lookup N=5"}
+    assert names == {"lookup B=4 n=2", "lookup B=8 n=2", "hf prompt lookup N=3", "hf prompt lookup N=5",
+                     "lookup tree 8", "lookup tree 16"}  # the trees' budgets, at the tuned B
     assert out["rows"]["spec_lookup"]["config"]["block_size"] in (4, 8)
     assert out["rows"]["hf_lookup"]["config"]["prompt_lookup_num_tokens"] in (3, 5)
     validation = real_bench.VALIDATION_FILE.resolve()
     assert [path for during_tuning, path in reads if during_tuning] == [validation]
     assert test_file in [path for during_tuning, path in reads if not during_tuning]
-    assert [(phase, sources) for phase, sources, _ in phases] == [("tune", {validation}), ("test", {test_file})]
+    assert [(phase, sources) for phase, sources, _ in phases] == [("tune", {validation}), ("tune trees", {validation}),
+                                                                  ("test", {test_file})]
 
 
 def test_sampled_run_omits_greedy_identical(tiny, capsys):
@@ -120,7 +123,9 @@ def test_sampled_run_omits_greedy_identical(tiny, capsys):
     out = json.loads(capsys.readouterr().out)
     assert "greedy_identical" not in out and out["greedy"] is False
     assert out["sampling"]["temperature"] == 0.8 and out["sampling"]["top_p"] == 0.9
-    assert set(out["rows"]) == {"ar", "hf", "hf_lookup", "spec_lookup", "spec_lookup_tree8", "spec_lookup_tree16"}  # no --hf-assistant: no assisted row
+    budget = out["tuning"]["chosen"]["spec_lookup_tree"]["config"]["tree_budget"]
+    # no --hf-assistant: no assisted row; the tree at the budget chosen on validation
+    assert set(out["rows"]) == {"ar", "hf", "hf_lookup", "spec_lookup", f"spec_lookup_tree{budget}"}
     assert all("greedy_identical" not in row for row in out["rows"].values())
     assert out["speedup_vs_ar"] > 0 and out["speedup_vs_hf_best_speculative"] > 0
 
