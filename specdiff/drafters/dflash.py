@@ -106,7 +106,8 @@ class DFlashDrafter(Drafter):
         """ids [b, L] committed tokens, left-padded. Returns Draft(tokens [b, B], probs [b, B, V])."""
         batch = ids.shape[0]
         logits = self._block_logits(ids, block_size)  # [b, B, V or V_d]
-        confidence = torch.softmax(logits.float(), dim=-1).amax(-1)  # [b, B]: for a controller's floor (V_d: same)
+        logits32 = logits.float()  # [b, B, V or V_d]
+        confidence = torch.exp(logits32.amax(-1) - torch.logsumexp(logits32, -1))  # [b, B]: max softmax, unformed
         if self.point_mass:  # greedy: the argmax row, no distribution over the verifier's vocabulary formed
             if self.draft_to_target is None:
                 tokens = self.trim(logits).argmax(-1)  # [b, B]: a verifier id (trim: a view)

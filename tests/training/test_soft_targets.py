@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from specdiff.training import distill
 from specdiff.training.objectives import OBJECTIVES
 from specdiff.training.objectives.soft import TARGETS, soft_loss
+from zoo.test_distill_train import _verifier  # the tiny verifier the distillation tests share
 
 # The step loss of each kind at step 0 with the generator seeded 7, on the fixture below, recorded with the code
 # before soft targets existed (commit ca04b72, float32 verifier): `ce` must give it unchanged.
@@ -24,23 +25,6 @@ OPTIONS = {"dflash": dict(batch=2, anchors=3, block=4, intermediate=48), "ar": d
 DRAFT_SIZE = 20
 
 
-def _verifier(path, tok, seed: int):
-    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(seed)
-    config = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=4,
-                         num_attention_heads=4, num_key_value_heads=2, eos_token_id=tok.eos_token_id,
-                         pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id, tie_word_embeddings=True,
-                         max_position_embeddings=256)
-    model = LlamaForCausalLM(config)
-    with torch.no_grad():  # a teacher with an opinion: entropy ~3 nats, not the uniform ~5.5 of a fresh model
-        model.get_input_embeddings().weight.mul_(10.0)
-    model.generation_config = GenerationConfig(eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
-    model.save_pretrained(path)
-    tok.save_pretrained(path)
-    return str(path)
-
-
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     from specdiff import zoo
@@ -48,7 +32,8 @@ def setup(tmp_path_factory):
 
     tok = zoo.tokenizer()
     root = tmp_path_factory.mktemp("soft")
-    verifier = _verifier(root / "verifier", tok, seed=0)
+    # a teacher with an opinion: entropy ~3 nats, not the uniform ~5.5 of a fresh model
+    verifier = _verifier(root / "verifier", tok, seed=0, embedding_scale=10.0)
     data = root / "data"
     data.mkdir()
     rng = np.random.default_rng(0)

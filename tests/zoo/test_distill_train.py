@@ -14,7 +14,8 @@ from specdiff.training import distill as distill_train
 from specdiff.zoo_tools import distill_data
 
 
-def _verifier(path, tok, seed: int, layers: int = 4):
+def _verifier(path, tok, seed: int, layers: int = 4, embedding_scale: float = 1.0):
+    """A tiny Llama verifier saved at path; embedding_scale > 1 gives it opinions (lower-entropy outputs)."""
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
@@ -23,6 +24,9 @@ def _verifier(path, tok, seed: int, layers: int = 4):
                          pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id, tie_word_embeddings=True,
                          max_position_embeddings=256)
     model = LlamaForCausalLM(config)
+    if embedding_scale != 1.0:
+        with torch.no_grad():
+            model.get_input_embeddings().weight.mul_(embedding_scale)
     model.generation_config = GenerationConfig(eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
     model.save_pretrained(path)
     tok.save_pretrained(path)
