@@ -4,8 +4,8 @@
   split per step, a pure function of (seed, step);
 - a verifier's regenerated conversations (`specdiff distill`): the shards of `specdiff distill data`
   (`zoo_tools.distill_data`, whose format is frozen), (prompt ids, response ids) each, and the verifier's hidden
-  states of them, computed once per shard and cached (float16), and its next-token distributions (`teacher`,
-  the soft targets), computed per step.
+  states of them, and its next-token distributions (the soft targets: its last hidden state and its full
+  vocabulary's log-sum-exp per token, `teacher_states`), each computed once per shard and cached.
 
 Every builder returns the batch dict its objective reads; random cuts are drawn here, with the step's generator,
 before the objective draws its noise.
@@ -165,13 +165,9 @@ def verifier_states(target, layers, data_dir, folder: Path, show_progress: bool 
                           unit="shard", enabled=show_progress, leave=True):
         path = folder / (Path(shard["file"]).stem + ".pt")
         if not path.exists():
-            data = np.load(Path(data_dir) / shard["file"])
-            tokens, lengths = data["tokens"].astype(np.int64), data["prompt_lengths"] + data["response_lengths"]
-            rows = np.split(tokens, np.cumsum(lengths)[:-1]) if len(lengths) else []
             computed = []
             with torch.inference_mode():
-                for i in range(0, len(rows), 8):
-                    ids, keys = _right_padded([r.tolist() for r in rows[i:i + 8]], 0)
+                for ids, keys in _shard_batches(Path(data_dir) / shard["file"]):
                     computed += [s[:int(n)].clone() for s, n in zip(stacked_states(target, layers, ids, keys).half(),
                                                                     keys.sum(1))]
             partial = path.with_suffix(".partial")
@@ -193,27 +189,49 @@ def stacked_states(target, layers, ids: torch.Tensor, keys: torch.Tensor) -> tor
     return torch.cat([out.hidden_states[k + 1] for k in layers], dim=-1)
 
 
-def teacher(target, ids: torch.Tensor, keys: torch.Tensor, d2t: torch.Tensor | None = None, chunk: int = 512):
-    """The soft targets' `teacher` (`training.objectives.soft`): a function (rows [n], columns [n]) -> p [n, V_q]
-    float32, the frozen verifier's next-token distribution at its output (row, column) over right-padded ids
-    [b, L] (keys [b, L]), i.e. its distribution of token column + 1 given the tokens up to column: softmax over
-    its full vocabulary of its head over its last hidden states, in its own dtype (as it runs at inference), then
-    the columns of the draft vocabulary d2t [V_q] (None: all). No grad. The verifier's forward runs once, at the
-    first call (the masked recipe's two losses share it); the head at the distinct positions asked, `chunk` at a
-    time (a full vocabulary's logits are large)."""
-    cache = {}
+def teacher_states(target, data_dir, folder: Path, show_progress: bool = True,
+                   shards: int | None = None) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Per conversation (h [L, H] float16, lse [L] float32): the verifier's last hidden state (after its final
+    norm) at every token, and the log-sum-exp of its head's logits over its full vocabulary there, computed from
+    that float16 h in float32, so that `cached_teacher`'s p = exp(h . w_i - lse) are the verifier's probabilities
+    of the float16-rounded state, summing to 1 over the full vocabulary. Cached per shard in `folder` (written
+    under a temporary name, then renamed), like `verifier_states`: the soft targets' teacher costs one head
+    product on the draft rows per trained position, not a verifier forward per step."""
+    from specdiff.progress import progress
+    from specdiff.zoo_tools.distill_data import _read_index
 
+    folder.mkdir(parents=True, exist_ok=True)
+    out = []
+    for shard in progress(_read_index(Path(data_dir), None)["shards"][:shards], desc="verifier distributions",
+                          unit="shard", enabled=show_progress, leave=True):
+        path = folder / (Path(shard["file"]).stem + ".pt")
+        if not path.exists():
+            computed, head = [], target.get_output_embeddings().weight.float()  # [V, H]
+            with torch.inference_mode():
+                for ids, keys in _shard_batches(Path(data_dir) / shard["file"]):
+                    last = target.get_decoder()(input_ids=ids, attention_mask=keys.long()).last_hidden_state.half()
+                    for row, n in zip(last, keys.sum(1).tolist()):
+                        h = row[:n].clone()  # [L, H]
+                        lse = torch.cat([(part.float() @ head.T).logsumexp(-1) for part in h.split(256)])  # [L]
+                        computed.append((h, lse))
+            partial = path.with_suffix(".partial")
+            torch.save(computed, partial)
+            os.replace(partial, path)
+        out += torch.load(path)
+    return out
+
+
+def cached_teacher(states: list[tuple[torch.Tensor, torch.Tensor]], picks: list[int], head: torch.Tensor):
+    """The soft targets' `teacher` (`training.objectives.soft`) from `teacher_states`: a function (rows [n],
+    columns [n]) -> p [n, V_q] float32, the verifier's distribution of token column + 1 of conversation
+    picks[row] given the tokens up to column, on the rows of `head` [V_q, H] (the verifier's head on the draft
+    vocabulary, or all of it). p_i = exp(h . w_i - lse), lse over the full vocabulary: rows outside the draft
+    vocabulary keep their mass out of p (sum_i p_i = 1 - m). No grad."""
     @torch.no_grad()  # not inference_mode: p is saved for the drafter's backward
     def probs(rows: torch.Tensor, columns: torch.Tensor) -> torch.Tensor:
-        if "states" not in cache:
-            cache["states"] = target.get_decoder()(input_ids=ids, attention_mask=keys.long()).last_hidden_state
-        states, head = cache["states"], target.get_output_embeddings()  # [b, L, H]
-        flat, inverse = torch.unique(rows * ids.shape[1] + columns, return_inverse=True)  # distinct positions
-        out = [states.new_zeros(0, len(d2t) if d2t is not None else head.weight.shape[0]).float()]
-        for part in flat.split(chunk):
-            p = head(states[part // ids.shape[1], part % ids.shape[1]]).float().softmax(-1)  # [c, V]
-            out.append(p if d2t is None else p[:, d2t])  # [c, V_q]
-        return torch.cat(out)[inverse]  # [n, V_q]
+        h = torch.stack([states[picks[r]][0][c] for r, c in zip(rows.tolist(), columns.tolist())])  # [n, H]
+        lse = torch.stack([states[picks[r]][1][c] for r, c in zip(rows.tolist(), columns.tolist())])  # [n]
+        return (h.float() @ head.float().T - lse[:, None]).exp()  # [n, V_q]
 
     return probs
 
@@ -228,6 +246,15 @@ def padded_states(states: list[torch.Tensor]) -> torch.Tensor:
 
 
 # -- shared -------------------------------------------------------------------------------------------------------
+
+def _shard_batches(path: Path, size: int = 8):
+    """(ids [b, L], keys [b, L]) right-padded, `size` conversations (prompt + response) of a data shard at a time."""
+    data = np.load(path)
+    tokens, lengths = data["tokens"].astype(np.int64), data["prompt_lengths"] + data["response_lengths"]
+    rows = np.split(tokens, np.cumsum(lengths)[:-1]) if len(lengths) else []
+    for i in range(0, len(rows), size):
+        yield _right_padded([r.tolist() for r in rows[i:i + size]], 0)
+
 
 def _right_padded(rows: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
     """ids [b, L] right-padded with `pad`, and the key mask [b, L] bool."""

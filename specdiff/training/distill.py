@@ -17,8 +17,9 @@ the same tokens).
 
 Targets (a recipe setting, `target`, `training.objectives.soft`): "ce" (default) the cross-entropy above on the
 data's tokens; "kl" KL(p || q) and "ce_tv" 0.1 CE + 0.9 TV(p, q) (DSpark's) at the same positions, with the same
-weights, against p, the frozen verifier's own next-token distribution there, recomputed each step by a forward of
-the verifier over the batch's conversations (`data.teacher`), compared on the drafter's vocabulary.
+weights, against p, the frozen verifier's own next-token distribution there, compared on the drafter's vocabulary:
+its last hidden state and full-vocabulary log-sum-exp per token are cached per data shard under `<out>/teacher/`
+(`data.teacher_states`), so a step costs one head product on the draft rows, not a verifier forward.
 
 Schedule (a recipe setting, `training.schedule`): warmup 50 steps, cosine to 0 from step 0. Resumable through
 `training.loop`: `<out>/checkpoint.pt` every `save_every_s` seconds with the run's settings; a rerun resumes there,
@@ -128,13 +129,16 @@ def _pick(conversations, settings, generator) -> tuple[list[int], list]:
     return picks, [conversations[i] for i in picks]
 
 
-def _soft(target, settings, d2t, batch: dict) -> dict:
-    """The batch keys of the soft targets (`objectives.soft`): none for "ce" (the batch as it was), else `target`
-    and the verifier's lazy `teacher` over the batch's `ids` (p on the drafter's rows d2t)."""
+def _soft(target, settings, d2t, data_dir, out, show_progress) -> Callable[[list[int]], dict]:
+    """picks -> the batch keys of the soft targets (`objectives.soft`) for those conversations: none for "ce" (the
+    batch as it was), else `target` and the verifier's `teacher` (p on the drafter's rows d2t), read from its
+    last hidden states and log-sum-exps, cached per data shard under `<out>/teacher[-dtype]/`."""
     if settings.get("target", "ce") == "ce":
-        return {}
-    rows = None if len(d2t) == int(target.config.vocab_size) else torch.as_tensor(d2t)  # a full vocabulary: all
-    return dict(target=settings["target"], teacher=data.teacher(target, batch["ids"], batch["keys"], rows))
+        return lambda picks: {}
+    folder = out / ("teacher" + ("" if settings["dtype"] == "float32" else "-" + settings["dtype"]))
+    states = data.teacher_states(target, data_dir, folder, show_progress, settings["shards"])
+    head = target.get_output_embeddings().weight[torch.as_tensor(d2t)].float()  # [V_q, H]
+    return lambda picks: dict(target=settings["target"], teacher=data.cached_teacher(states, picks, head))
 
 
 def _dflash_loss(model, target, conversations, settings, d2t, data_dir, out, show_progress):
@@ -144,14 +148,14 @@ def _dflash_loss(model, target, conversations, settings, d2t, data_dir, out, sho
     states = data.verifier_states(target, layers, data_dir, out / folder, show_progress, settings["shards"])
     to_draft = torch.full((len(target.get_input_embeddings().weight),), -100, dtype=torch.long)
     to_draft[torch.as_tensor(d2t)] = torch.arange(len(d2t))
+    soft = _soft(target, settings, d2t, data_dir, out, show_progress)
     tables = dict(embeddings=target.get_input_embeddings().weight.float(),  # the drafter trains in float32
                   head=target.get_output_embeddings().weight[torch.as_tensor(d2t)].float(), to_draft=to_draft)
 
     def step_loss(step: int, generator: torch.Generator) -> torch.Tensor:
         picks, chosen = _pick(conversations, settings, generator)
         batch = dict(conversations=chosen, context=data.padded_states([states[i] for i in picks]), **tables,
-                     block=settings["block"], anchors=settings["anchors"], gamma=settings["gamma"])
-        batch.update(_soft(target, settings, d2t, data.conversation_batch(chosen)))  # the teacher's ids
+                     block=settings["block"], anchors=settings["anchors"], gamma=settings["gamma"], **soft(picks))
         return OBJECTIVES["dflash"](model, batch, generator)
 
     return step_loss
@@ -159,20 +163,24 @@ def _dflash_loss(model, target, conversations, settings, d2t, data_dir, out, sho
 
 def _ar_loss(model, target, conversations, settings, d2t, data_dir, out, show_progress):
     """`next_token` on `positions` random response positions per conversation."""
+    soft = _soft(target, settings, d2t, data_dir, out, show_progress)
+
     def step_loss(step: int, generator: torch.Generator) -> torch.Tensor:
-        _, chosen = _pick(conversations, settings, generator)
+        picks, chosen = _pick(conversations, settings, generator)
         batch = data.conversation_batch(chosen, settings.get("positions"))
-        return OBJECTIVES["next_token"](model, {**batch, **_soft(target, settings, d2t, batch)}, generator)
+        return OBJECTIVES["next_token"](model, {**batch, **soft(picks)}, generator)
 
     return step_loss
 
 
 def _masked_loss(model, target, conversations, settings, d2t, data_dir, out, show_progress):
     """`masked_diffusion` on one cut per conversation + `ar_weight` * causal `next_token` on the same tokens."""
+    soft = _soft(target, settings, d2t, data_dir, out, show_progress)
+
     def step_loss(step: int, generator: torch.Generator) -> torch.Tensor:
-        _, chosen = _pick(conversations, settings, generator)
+        picks, chosen = _pick(conversations, settings, generator)
         batch = data.cut_batch(chosen, settings["block"], generator)
-        batch.update(_soft(target, settings, d2t, batch))  # one teacher for both losses
+        batch.update(soft(picks))  # one teacher for both losses
         loss = OBJECTIVES["masked_diffusion"](model, {**batch, "all_masked": settings["all_masked"],
                                                       "weighting": "none"}, generator)
         if not settings["ar_weight"]:

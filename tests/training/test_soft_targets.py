@@ -1,6 +1,6 @@
 """Soft targets for distillation (`specdiff distill --target-loss ce|kl|ce_tv`, `training.objectives.soft`): the
 loss helper's KL and TV (zero at q = p, TV on a hand example, the verifier's mass outside the draft vocabulary,
-gradients into q only, the teacher's p the verifier's own), `ce` bit for bit today's loss, the teacher asked at the
+gradients into q only, the cached teacher's p the verifier's own), `ce` bit for bit today's loss, the teacher asked at the
 positions the cross-entropy trains, and a few-step run of each kind with `kl` and `ce_tv` on a tiny verifier and
 a few stored conversations (the pattern of tests/zoo/test_distill_train.py), from the command line too."""
 from __future__ import annotations
@@ -116,22 +116,36 @@ def test_the_verifiers_mass_outside_the_draft_vocabulary_counts_as_stated():
         float((renormalised * (renormalised / q).log()).sum()), rel=1e-6)
 
 
-def test_gradients_flow_into_the_drafters_logits_and_not_into_the_teacher():
+def test_the_cached_teacher_is_the_verifiers_distribution_and_gradients_reach_only_the_drafter(tmp_path):
+    """`data.teacher_states` caches h and the full vocabulary's log-sum-exp per token: p from the cache equals the
+    verifier's own softmax at those positions, on the draft rows (up to the float16 rounding of h), sums to less
+    than 1 there (the mass outside), is read from the cache on a second call, and carries no gradient."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from specdiff.training import data
+    from specdiff.zoo_tools import distill_data
 
     torch.manual_seed(0)
     verifier = LlamaForCausalLM(LlamaConfig(vocab_size=30, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
                                             num_attention_heads=2, num_key_value_heads=1)).eval()  # grads on
-    ids, keys = torch.randint(30, (2, 6)), torch.ones(2, 6, dtype=torch.bool)
-    keys[1, 4:] = False
+    prompts, responses = [[3, 5, 7], [2, 9, 11, 4]], [[8, 1, 6], [12, 13]]
+    distill_data._write_index(tmp_path, {"verifier": "v", "shards": [
+        distill_data._write_shard(tmp_path, 0, prompts, responses, ["a", "b"], 0.0)]})
+    states = data.teacher_states(verifier, tmp_path, tmp_path / "teacher", show_progress=False)
+    assert [len(h) for h, _ in states] == [6, 6] and (tmp_path / "teacher" / "shard-00000.pt").exists()
     d2t = torch.tensor([1, 4, 7, 9, 20])
-    rows, columns = torch.tensor([0, 1, 0, 0]), torch.tensor([2, 3, 5, 2])  # a repeat: computed once
-    p = data.teacher(verifier, ids, keys, d2t)(rows, columns)  # [4, 5]
-    full = verifier(input_ids=ids, attention_mask=keys.long()).logits.softmax(-1)  # [2, 6, 30]
-    torch.testing.assert_close(p, full[rows, columns][:, d2t].detach())  # the verifier's distribution, on d2t
+    head = verifier.get_output_embeddings().weight[d2t]
+    picks, rows, columns = [1, 0], torch.tensor([0, 1, 0, 0]), torch.tensor([2, 3, 5, 2])
+    p = data.cached_teacher(states, picks, head)(rows, columns)  # [4, 5]
+    for r, c, got in zip(rows.tolist(), columns.tolist(), p):
+        ids = torch.tensor([prompts[picks[r]] + responses[picks[r]]])
+        full = verifier(input_ids=ids).logits[0, c].softmax(-1)  # [30]
+        torch.testing.assert_close(got, full[d2t].detach(), atol=2e-3, rtol=2e-3)
     assert not p.requires_grad and (p.sum(-1) < 1).all()
+    whole = data.cached_teacher(states, picks, verifier.get_output_embeddings().weight)(rows, columns)
+    torch.testing.assert_close(whole.sum(-1), torch.ones(4), atol=1e-5, rtol=0)  # the full vocabulary: 1
+    again = data.teacher_states(None, tmp_path, tmp_path / "teacher", show_progress=False)  # no verifier needed
+    assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(states, again))
     for target in ("kl", "ce_tv"):
         logits = torch.randn(4, 5, requires_grad=True)
         teacher = p.clone().requires_grad_(True)  # were it differentiable, nothing may reach it
@@ -184,20 +198,26 @@ def test_the_teachers_positions_are_the_ones_cross_entropy_trains(setup, kind, m
     """With a teacher that puts all its mass on the data's next token (and a draft vocabulary holding every
     response token), KL(p || q) = -log q(x): the kl step loss equals the ce one, so p is asked at the positions,
     rows and weights the cross-entropy uses (DFlash's block positions, the masked cut and its causal part)."""
+    from specdiff import models
     from specdiff.training import data
 
-    def one_hot(target, ids, keys, d2t=None):
-        rows_of = torch.arange(int(target.config.vocab_size)) if d2t is None else \
-            torch.full((int(target.config.vocab_size),), -1).index_put_((d2t,), torch.arange(len(d2t)))
-        size = int(target.config.vocab_size) if d2t is None else len(d2t)
+    conversations = data.conversations(setup["data"], setup["verifier"])
+    vocab = int(models.load(setup["verifier"], dtype="float32").model.config.vocab_size)
+
+    def one_hot(states, picks, head):
+        size = len(head)
+        d2t = (torch.arange(size) if size == vocab else  # the recipe's draft vocabulary (draft_size=40 below)
+               torch.as_tensor(distill.draft_vocabulary(conversations, 40, vocab, always=[setup["tok"].eos_token_id])))
+        rows_of = torch.full((vocab,), -1).index_put_((d2t,), torch.arange(size))
 
         def probs(rows, columns):
-            token = rows_of[ids[rows, columns + 1]]  # the data's next token, as a row of q
-            assert (token >= 0).all() and keys[rows, columns + 1].all()
-            return F.one_hot(token, size).float()
+            token = torch.tensor([sum(conversations[picks[row]], [])[c + 1]  # the data's next token
+                                  for row, c in zip(rows.tolist(), columns.tolist())])
+            assert (rows_of[token] >= 0).all()
+            return F.one_hot(rows_of[token], size).float()
         return probs
 
-    monkeypatch.setattr(data, "teacher", one_hot)
+    monkeypatch.setattr(data, "cached_teacher", one_hot)
     with torch.no_grad():
         ce = _step_loss(setup, kind, draft_size=40)[0](0, torch.Generator().manual_seed(7))
         kl = _step_loss(setup, kind, draft_size=40, target="kl")[0](0, torch.Generator().manual_seed(7))
