@@ -2,7 +2,7 @@
 frozen verifier's own next-token distribution instead of (or beside) the token it sampled. One helper, shared by
 `dflash`, `next_token` and `masked_diffusion` when their batch sets `target` (default "ce": their own hard
 cross-entropy, unchanged) and carries `teacher`, a function (rows [n], columns [n]) -> p [n, V_q]
-(`training.data.teacher`: the verifier's output at column c of row r, its distribution of token c + 1).
+(`training.data.cached_teacher`: the verifier's output at column c of row r, its distribution of token c + 1).
 
 Terms, per trained position n (weight w_n):
 - q = softmax(logits_q) [V_q]: the drafter's distribution over its head's rows (the draft vocabulary d2t, or the
