@@ -12,22 +12,32 @@ Both return (token_ids per row, wall seconds), token ids ending with EOS if emit
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import torch
 
-from specdiff.lm.cache import cache_kwargs, new_cache
+from specdiff.lm.cache import cache_kwargs, keep_columns, new_cache, select_rows
 from specdiff.lm.masks import left_pad, position_ids
 from specdiff.lm.sampling import sample_fast, sample_rows, sampling_probs
+
+STOP_EVERY = 8  # tokens between two checks of autoregressive_generate's stop_row
 
 
 @torch.inference_mode()
 def autoregressive_generate(model, rows: list[list[int]], max_new_tokens: int, eos_token_ids: set[int],
                             temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0,
                             generator: torch.Generator | None = None, pad_token_id: int = 0,
-                            greedy_rows: list[bool] | None = None, fast_sampling: bool = False):
+                            greedy_rows: list[bool] | None = None, fast_sampling: bool = False,
+                            stop_row: Callable[[list[int]], bool] | None = None):
     """Plain cached decoding of a batch of prompts (rows of token ids). Returns (ids per row, seconds).
     greedy_rows: rows decoded by argmax whatever the sampling settings (distillation data mixes both);
-    fast_sampling: `lm.sampling.sample_fast` (the same law, other draws: for large batches)."""
+    fast_sampling: `lm.sampling.sample_fast` (the same law, other draws: for large batches); stop_row: a row
+    whose ids so far make it True is finished (checked every STOP_EVERY tokens; the distillation data stops a
+    row once it loops, which it would cut there anyway).
+
+    A row is finished at EOS (kept) or when stop_row says so. Once a quarter of the rows in the batch are
+    finished, they leave it: their cache rows are dropped, and so are the padding columns no remaining row
+    needs (positions are explicit, so the rest see the same keys)."""
     begin = time.perf_counter()
     device = next(model.parameters()).device
     ids, key_mask = left_pad(rows, pad_token_id, device)
@@ -37,22 +47,34 @@ def autoregressive_generate(model, rows: list[list[int]], max_new_tokens: int, e
                    **cache_kwargs(model, cache)).logits[:, -1]
     positions = key_mask.sum(-1, keepdim=True) - 1  # [b, 1]
     outputs = [[] for _ in rows]
+    slots = list(range(len(rows)))  # the row of `rows` in each batch slot
     done = torch.zeros(len(rows), dtype=torch.bool, device=device)
     eos = torch.tensor(sorted(eos_token_ids) or [-1], device=device)
     greedy = None if greedy_rows is None else torch.tensor(greedy_rows, dtype=torch.bool, device=device)[:, None]
-    for _ in range(max_new_tokens):
+    for step in range(max_new_tokens):
         if fast_sampling:
             token = sample_fast(logits, temperature, top_p, top_k, generator)[:, None]  # [b, 1]
         else:
             token = sample_rows(sampling_probs(logits, temperature, top_p, top_k), generator)[:, None]  # [b, 1]
         if greedy is not None:
             token = torch.where(greedy, logits.argmax(-1, keepdim=True), token)
-        for row, value in enumerate(token.squeeze(1).tolist()):
-            if not done[row]:
-                outputs[row].append(value)
+        finished = done.tolist()
+        for slot, value in enumerate(token.squeeze(1).tolist()):
+            if not finished[slot]:
+                outputs[slots[slot]].append(value)
         done |= torch.isin(token.squeeze(1), eos)
+        if stop_row is not None and (step + 1) % STOP_EVERY == 0:
+            done |= torch.tensor([stop_row(outputs[row]) for row in slots], device=device)
         if bool(done.all()):
             break
+        if 4 * int(done.sum()) >= len(slots):  # a quarter finished: they leave the batch
+            keep = (~done).nonzero().squeeze(1)  # [b']
+            select_rows(cache, keep)
+            slots = [slots[i] for i in keep.tolist()]
+            token, positions, done = token[keep], positions[keep], done[keep]
+            greedy = None if greedy is None else greedy[keep]
+            if attention is not None:
+                attention = keep_columns(cache, attention[keep].bool()).long()  # [b', L']
         positions = positions + 1
         if attention is not None:
             attention = torch.cat([attention, torch.ones_like(token)], dim=1)

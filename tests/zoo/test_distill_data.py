@@ -125,7 +125,8 @@ def test_recipe_2_adds_passages_long_tasks_greedy_halves_drops_loops_and_checks_
     calls = []
 
     def fake_generate(model, rows, max_new_tokens, eos_token_ids, *sampling, generator=None, pad_token_id=0, **kw):
-        calls.append((len(rows), kw.get("greedy_rows")))
+        assert [len(r) for r in rows] == sorted(len(r) for r in rows)  # a bucket of similar prompt lengths
+        calls.append((len(rows), kw.get("greedy_rows"), rows, kw.get("stop_row")))
         if len(calls) % 3 == 1:  # the user turns
             return [words(f"How many rocks does Omar have in bag {i}") + [eos] for i in range(len(rows))], 0.0
         if len(calls) % 3 == 2:  # the passages: one loops, one is too short, the rest are used
@@ -136,11 +137,17 @@ def test_recipe_2_adds_passages_long_tasks_greedy_halves_drops_loops_and_checks_
     out = tmp_path / "data"
     index = distill_data.generate(out, path, shards=1, samples=3, passages=4, show_progress=False)
     shard = index["shards"][0]
-    assert calls[1][1] == [True, False, True, False] and calls[0][1] is None  # user turns sampled, halves greedy
+    assert calls[0][1] is None and calls[0][3] is None  # user turns: all sampled, never stopped early
+    assert sorted(calls[1][1]) == [False, False, True, True]  # passages: halves greedy
+    assert calls[1][3] is calls[2][3] is distill_data.repeats_itself  # passages and responses stop once looping
     assert shard["recipe"] == 2 and shard["dropped"]["repetitive"] == 2  # the looping passage and response
     assert shard["kinds"] == {"magpie": 2, "passage": 3, "long_task": 2}  # one magpie answer dropped (it looped)
     data = __import__("numpy").load(out / shard["file"])
     assert len(data["greedy"]) == len(data["kind"]) == shard["conversations"] == 7
+    decoded_greedy = {tuple(row): flag for _, flags, rows, _ in calls[1:3] for row, flag in zip(rows, flags)}
+    starts = __import__("numpy").cumsum([0, *(data["prompt_lengths"] + data["response_lengths"])[:-1]])
+    for start, length, flag in zip(starts, data["prompt_lengths"], data["greedy"]):
+        assert decoded_greedy[tuple(data["tokens"][start:start + length].tolist())] == bool(flag)  # as recorded
     conversations = distill_data.load_shards(out)
     long_prompts = [p for p, _ in conversations if len(p) > 100]
     assert len(long_prompts) == 2  # the passage inside the task prompt
@@ -166,3 +173,24 @@ def test_a_looping_response_is_cut_before_its_repetition_or_dropped_when_little_
     assert distill_data.cut_repetition(head + loop) == head + loop[:12]  # the first instance kept
     assert distill_data.cut_repetition(list(range(5)) + loop) is None  # 17 tokens left: dropped
     assert distill_data.cut_repetition(head) == head
+
+
+def test_stopping_a_response_once_it_repeats_itself_keeps_the_same_cut():
+    """The generator stops a response at the first check where `repeats_itself` holds (every few tokens); the
+    cut of that prefix is the cut of the whole response, whatever would have followed."""
+    import random
+
+    rng = random.Random(4)
+    checked = 0
+    for _ in range(300):
+        head = [rng.randrange(50, 400) for _ in range(rng.randrange(0, 60))]
+        loop = [rng.randrange(0, 40) for _ in range(rng.randrange(1, 14))]
+        tail = [rng.randrange(0, 400) for _ in range(rng.randrange(0, 40))]
+        ids = head + loop * rng.randrange(1, 12) + tail
+        first = next((n for n in range(len(ids) + 1) if distill_data.repeats_itself(ids[:n])), None)
+        if first is None:
+            continue
+        checked += 1
+        for n in (first, min(first + 7, len(ids)), len(ids)):
+            assert distill_data.cut_repetition(ids[:n]) == distill_data.cut_repetition(ids)
+    assert checked > 100
