@@ -22,6 +22,10 @@ also get the projected verifier state of the token just before the anchor (the c
 to it), so every block position sees the verifier's latest state directly rather than having to find it by
 attention; the drafter keeps that state per row (`start`, `commit`, `select`).
 
+Lean forward (`specdiff.drafters.dflash_lean`): for the plain architecture (full attention, default rope, SiLU,
+SDPA) the model call is the same arithmetic in plain torch ops, with its own key/value storage (`LeanCache`):
+the HF stack's per-module overhead was most of a proposal. Any other model keeps the transformers call.
+
 Exactness (marginal mode): exact. One step: given the committed tokens, the B tokens are drawn
 independently, each from its q (the paper's K = 1 case). The paper drafts with DFlash greedily
 (temperature 0: q is a point mass on the argmax, and marginal verification is point-mass
@@ -34,6 +38,7 @@ from __future__ import annotations
 import torch
 
 from specdiff.drafters.base import Draft, Drafter
+from specdiff.drafters.dflash_lean import LeanCache, lean_block_states, lean_weights, project_context
 from specdiff.drafters.registry import KindSpec, register
 from specdiff.lm.cache import keep_columns
 from specdiff.lm.masks import position_ids
@@ -67,6 +72,7 @@ class DFlashDrafter(Drafter):
         self.trained_block_size = int(config.block_size) - 1  # DFlash's block counts the anchor
         self.cache = self.cache_mask = self.pending = self.pending_mask = self.last_state = None
         self.anchor_state = bool(getattr(config, "specdiff_anchor_state", False))
+        self.lean = lean_weights(model)  # None: a model the lean forward does not know, run by transformers
         head = target.get_output_embeddings().weight  # [V, H]
         if draft_to_target is not None:
             self.draft_to_target = torch.as_tensor(draft_to_target, dtype=torch.long, device=head.device)
@@ -93,7 +99,8 @@ class DFlashDrafter(Drafter):
         if verifier_hidden is None:
             raise ValueError("DFlashDrafter needs the verifier's hidden states: run it through "
                              "sd.SpeculativeGenerator, which passes them (drafter.verifier_hidden_layers)")
-        self.cache, self.cache_mask = DynamicCache(), key_mask[:, :0]
+        self.cache = DynamicCache() if self.lean is None else LeanCache(len(self.lean.layers))
+        self.cache_mask = key_mask[:, :0]
         self.pending, self.pending_mask = verifier_hidden, key_mask[:, : verifier_hidden.shape[1]]
         if verifier_hidden.shape[1]:  # [b, H * layers]: the state of the token before the anchor (left-padded rows)
             self.last_state = verifier_hidden[:, -1]
@@ -138,22 +145,32 @@ class DFlashDrafter(Drafter):
         batch, device = ids.shape[0], ids.device
         masks = torch.full((batch, block_size), self.mask_token_id, dtype=ids.dtype, device=device)
         noise = self.target.get_input_embeddings()(torch.cat([ids[:, -1:], masks], dim=1))  # [b, B + 1, H]
+        dtype, pending = self.model.dtype, self.pending.shape[1]
+        if self.lean is not None:  # the pending states and (anchor state) the anchor's predecessor: one fc product
+            extra = [self.last_state[:, None].to(self.pending.dtype)] if self.anchor_state else []
+            projected = project_context(self.lean, torch.cat([self.pending, *extra], dim=1).to(dtype))  # [b, T(+1), H]
+            context, anchor = projected[:, :pending], projected[:, pending:]
+        else:
+            anchor = self.model.encoder(self.last_state.to(dtype))[:, None] if self.anchor_state else None  # [b, 1, H]
         if self.anchor_state:
-            noise = noise + self.model.encoder(self.last_state.to(self.model.dtype))[:, None, :].to(noise.dtype)
+            noise = noise + anchor.to(noise.dtype)
         block_mask = torch.ones(batch, block_size + 1, dtype=torch.bool, device=device)
         full_mask = torch.cat([self.cache_mask, self.pending_mask, block_mask], dim=1)  # [b, C + T + B + 1]
-        new = self.pending.shape[1] + block_size + 1
-        attend = full_mask[:, None, None, :].expand(batch, 1, block_size + 1, full_mask.shape[1])
-        types = set(getattr(self.model.config, "layer_types", None) or ["full_attention"])
-        dtype = self.model.dtype
-        out = self.model(noise_embeds=noise.to(dtype), context_hidden_states=self.pending.to(dtype),
-                         position_ids=position_ids(full_mask)[:, -new:], attention_mask={t: attend for t in types},
-                         cache=self.cache)
+        positions = position_ids(full_mask)[:, -(pending + block_size + 1):]  # [b, T + B + 1]
+        if self.lean is not None:
+            states = lean_block_states(self.lean, self.cache, noise.to(dtype), context, positions,
+                                       full_mask)  # [b, B + 1, H]
+        else:
+            attend = full_mask[:, None, None, :].expand(batch, 1, block_size + 1, full_mask.shape[1])
+            types = set(getattr(self.model.config, "layer_types", None) or ["full_attention"])
+            states = self.model(noise_embeds=noise.to(dtype), context_hidden_states=self.pending.to(dtype),
+                                position_ids=positions, attention_mask={t: attend for t in types},
+                                cache=self.cache).last_hidden_state  # [b, B + 1, H]
         self.cache.crop(-(block_size + 1))  # the block's keys and values: never kept
         self.cache_mask = keep_columns(self.cache, full_mask[:, : -(block_size + 1)])
         self.pending, self.pending_mask = self.pending[:, :0], self.pending_mask[:, :0]
         head = self.target.get_output_embeddings()
-        states = out.last_hidden_state[:, 1:].to(head.weight.dtype)  # [b, B, H]
+        states = states[:, 1:].to(head.weight.dtype)  # [b, B, H]
         logits = head(states) if self.head_weight is None else states @ self.head_weight.T  # [b, B, V or V_d]
         check_finite(logits, "drafter")
         return logits
