@@ -35,8 +35,8 @@ def register(subparsers) -> None:
     distill.add_argument("--target-loss", choices=("ce", "kl", "ce_tv"), default=None,
                          help="what the drafter learns: ce, cross-entropy on the verifier's sampled tokens; kl, "
                               "KL(p || q) against the verifier's own next-token distribution p; ce_tv, 0.1 CE + "
-                              "0.9 TV(p, q) (DSpark's); kl and ce_tv run the verifier each step (default ce; a "
-                              "resumed run keeps its own)")
+                              "0.9 TV(p, q) (DSpark's); p is read from the verifier's last hidden state and log-normaliser, "
+                              "cached per data shard on first use (default ce; a resumed run keeps its own)")
     distill.add_argument("--seed", type=int, default=0)
     distill.add_argument("--json", action="store_true", help="print the training summary as JSON")
     sub = distill.add_subparsers(dest="distill_command", metavar="DISTILL_COMMAND")

@@ -36,8 +36,10 @@ def autoregressive_generate(model, rows: list[list[int]], max_new_tokens: int, e
     row once it loops, which it would cut there anyway).
 
     A row is finished at EOS (kept) or when stop_row says so. Once a quarter of the rows in the batch are
-    finished, they leave it: their cache rows are dropped, and so are the padding columns no remaining row
-    needs (positions are explicit, so the rest see the same keys)."""
+    finished, they leave it: their cache rows are dropped, and (attention-only models) so are the padding
+    columns no remaining row needs (positions are explicit, so the rest see the same keys)."""
+    from transformers import DynamicCache
+
     begin = time.perf_counter()
     device = next(model.parameters()).device
     ids, key_mask = left_pad(rows, pad_token_id, device)
@@ -74,7 +76,9 @@ def autoregressive_generate(model, rows: list[list[int]], max_new_tokens: int, e
             token, positions, done = token[keep], positions[keep], done[keep]
             greedy = None if greedy is None else greedy[keep]
             if attention is not None:
-                attention = keep_columns(cache, attention[keep].bool()).long()  # [b', L']
+                attention = attention[keep]  # [b', L]
+                if type(cache) is DynamicCache:  # attention only: drop the padding columns nobody needs
+                    attention = keep_columns(cache, attention.bool()).long()  # [b', L']
         positions = positions + 1
         if attention is not None:
             attention = torch.cat([attention, torch.ones_like(token)], dim=1)

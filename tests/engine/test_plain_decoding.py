@@ -3,6 +3,7 @@ rows and the padding columns nobody needs are dropped), and the others go on exa
 finishes a row early. Greedy, float32, against Hugging Face's own greedy decoding one prompt at a time."""
 from __future__ import annotations
 
+import pytest
 import torch
 from architectures import hf_greedy
 from tiny_models import tiny_qwen3
@@ -81,3 +82,18 @@ def test_a_soft_capped_model_keeps_its_attention():
                                            num_attention_heads=2, num_key_value_heads=1, head_dim=8))
     before = model.config._attn_implementation
     assert not use_grouped_decode(model) and model.config._attn_implementation == before
+
+
+@pytest.mark.parametrize("name", ["qwen3_5", "lfm2", "gemma2"])
+def test_rows_leave_the_batch_on_hybrid_and_sliding_window_models_too(name):
+    """A hybrid model's cache (recurrent / convolution state) and a sliding-window model: rows that finish
+    leave, the rest decode as HF does alone (greedy up to stated near-ties, `assert_greedy_equal`)."""
+    from architectures import PROMPTS, assert_greedy_equal, build
+
+    model = build(name)
+    references = [hf_greedy(model, prompt, 16) for prompt in PROMPTS]
+    eos = references[1][0][3]  # the second prompt ends early; the others may go on
+    cut = [(ids[: ids.index(eos) + 1] if eos in ids else ids, logits) for ids, logits in references]
+    out, _ = baselines.autoregressive_generate(model, PROMPTS, 16, {eos}, temperature=0.0, pad_token_id=0)
+    assert_greedy_equal(name, out, cut)
+    assert len(out[1]) <= 4
