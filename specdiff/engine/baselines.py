@@ -67,9 +67,10 @@ def autoregressive_generate(model, rows: list[list[int]], max_new_tokens: int, e
         done |= torch.isin(token.squeeze(1), eos)
         if stop_row is not None and (step + 1) % STOP_EVERY == 0:
             done |= torch.tensor([stop_row(outputs[row]) for row in slots], device=device)
-        if bool(done.all()):
+        finished_now = int(done.sum())  # one host read for both tests
+        if finished_now == len(slots):
             break
-        if 4 * int(done.sum()) >= len(slots):  # a quarter finished: they leave the batch
+        if 4 * finished_now >= len(slots):  # a quarter finished: they leave the batch
             keep = (~done).nonzero().squeeze(1)  # [b']
             select_rows(cache, keep)
             slots = [slots[i] for i in keep.tolist()]
