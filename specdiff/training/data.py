@@ -221,6 +221,39 @@ def teacher_states(target, data_dir, folder: Path, show_progress: bool = True,
     return out
 
 
+def fill_caches(target, layers, data_dir, hidden: Path, teacher: Path, show_progress: bool = True,
+                shards: int | None = None) -> None:
+    """Both caches of a data shard from one verifier forward, where neither exists yet: `verifier_states`'s
+    hidden states after `layers` (in `hidden`) and `teacher_states`'s last state and log-sum-exp (in `teacher`),
+    the same numbers as their own passes (same batches, same decoder call), at the cost of one pass. The two
+    functions then only read them. A shard with one of the two already cached is left to its own function."""
+    from specdiff.progress import progress
+    from specdiff.zoo_tools.distill_data import _read_index
+
+    hidden.mkdir(parents=True, exist_ok=True)
+    teacher.mkdir(parents=True, exist_ok=True)
+    missing = [s for s in _read_index(Path(data_dir), None)["shards"][:shards]
+               if not (hidden / (Path(s["file"]).stem + ".pt")).exists()
+               and not (teacher / (Path(s["file"]).stem + ".pt")).exists()]
+    head = target.get_output_embeddings().weight.float() if missing else None  # [V, H]
+    for shard in progress(missing, desc="verifier states and distributions", unit="shard", enabled=show_progress,
+                          leave=True):
+        states, dists = [], []
+        with torch.inference_mode():
+            for ids, keys in _shard_batches(Path(data_dir) / shard["file"]):
+                out = target.get_decoder()(input_ids=ids, attention_mask=keys.long(), output_hidden_states=True)
+                stacked = torch.cat([out.hidden_states[k + 1] for k in layers], dim=-1).half()  # [b, L, |layers| H]
+                for row, last, n in zip(stacked, out.last_hidden_state.half(), keys.sum(1).tolist()):
+                    states.append(row[:n].clone())
+                    h = last[:n].clone()  # [L, H]
+                    dists.append((h, torch.cat([(part.float() @ head.T).logsumexp(-1) for part in h.split(256)])))
+        for folder, computed in ((hidden, states), (teacher, dists)):
+            path = folder / (Path(shard["file"]).stem + ".pt")
+            partial = path.with_suffix(".partial")
+            torch.save(computed, partial)
+            os.replace(partial, path)
+
+
 def cached_teacher(states: list[tuple[torch.Tensor, torch.Tensor]], picks: list[int], head: torch.Tensor):
     """The soft targets' `teacher` (`training.objectives.soft`) from `teacher_states`: a function (rows [n],
     columns [n]) -> p [n, V_q] float32, the verifier's distribution of token column + 1 of conversation

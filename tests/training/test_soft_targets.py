@@ -155,6 +155,36 @@ def test_the_cached_teacher_is_the_verifiers_distribution_and_gradients_reach_on
     assert all(w.grad is None for w in verifier.parameters())
 
 
+def test_one_pass_fills_both_caches_with_the_numbers_of_their_own_passes(tmp_path):
+    """`data.fill_caches` writes, from one verifier forward per shard, the very tensors `verifier_states` and
+    `teacher_states` compute in their own passes (bit for bit), and skips a shard already cached."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from specdiff.training import data
+    from specdiff.zoo_tools import distill_data
+
+    torch.manual_seed(0)
+    verifier = LlamaForCausalLM(LlamaConfig(vocab_size=30, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                                            num_attention_heads=2, num_key_value_heads=1)).eval()
+    prompts, responses = [[3, 5, 7], [2, 9, 11, 4], [6, 6]], [[8, 1, 6], [12, 13], [5, 7, 9, 10, 2]]
+    distill_data._write_index(tmp_path, {"verifier": "v", "shards": [
+        distill_data._write_shard(tmp_path, 0, prompts[:2], responses[:2], ["a", "b"], 0.0),
+        distill_data._write_shard(tmp_path, 1, prompts[2:], responses[2:], ["c"], 0.0)]})
+    layers = [0, 1]
+    own_hidden = data.verifier_states(verifier, layers, tmp_path, tmp_path / "h1", show_progress=False)
+    own_teacher = data.teacher_states(verifier, tmp_path, tmp_path / "t1", show_progress=False)
+    data.fill_caches(verifier, layers, tmp_path, tmp_path / "h2", tmp_path / "t2", show_progress=False)
+    assert sorted(f.name for f in (tmp_path / "h2").iterdir()) == ["shard-00000.pt", "shard-00001.pt"]
+    hidden = data.verifier_states(None, layers, tmp_path, tmp_path / "h2", show_progress=False)  # read only
+    teacher = data.teacher_states(None, tmp_path, tmp_path / "t2", show_progress=False)
+    assert [len(s) for s in hidden] == [6, 6, 7] and all(s.shape[-1] == 32 for s in hidden)
+    assert all(torch.equal(a, b) for a, b in zip(own_hidden, hidden))
+    assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(own_teacher, teacher))
+    stamp = (tmp_path / "t2" / "shard-00000.pt").stat().st_mtime_ns
+    data.fill_caches(None, layers, tmp_path, tmp_path / "h2", tmp_path / "t2", show_progress=False)  # nothing to do
+    assert (tmp_path / "t2" / "shard-00000.pt").stat().st_mtime_ns == stamp
+
+
 # -- the recipes --------------------------------------------------------------------------------------------------
 
 def _direct(setup, kind, model, target, conversations, settings, d2t, generator):
