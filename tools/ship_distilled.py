@@ -15,7 +15,7 @@ from specdiff import manifest
 from specdiff.zoo import distilled
 
 FILES = ("config.json", "model.safetensors", "draft_vocab.json", "training.json")
-BUDGET_BYTES = 20 * 1000 * 1000  # every weight shipped for one real verifier together (issue 31)
+BUDGET_BYTES = 28 * 1000 * 1000  # every weight shipped for one real verifier together (issue 40; 20 MB in issue 31)
 
 
 def main() -> None:

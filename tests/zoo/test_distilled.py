@@ -12,7 +12,7 @@ from specdiff import manifest
 from specdiff.zoo import distilled
 
 VERIFIER = "smollm2-135m-instruct"
-BUDGET_BYTES = 20 * 1000 * 1000
+BUDGET_BYTES = 28 * 1000 * 1000  # issue 40 (20 MB in issue 31)
 
 
 def test_every_kind_is_shipped_with_checksums_and_within_the_budget():
