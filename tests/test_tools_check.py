@@ -16,6 +16,9 @@ ROOT = Path(__file__).resolve().parents[1]
 F, R = "docs/results/frontier", "docs/results/leniency"
 CHECKS = {  # what is checked: the command (run from the repository root)
     "spec_bench48.jsonl": ["tools/spec_bench_subset.py", "--check"],
+    "real_models.md Spec-Bench table": ["tools/spec_bench_table.py",
+                                        "docs/results/spec_bench/bench_greedy_bf16_seed0.json",
+                                        "--check", "docs/real_models.md"],
     "engine.md demo table": ["tools/demo_table.py", "docs/results/demo/demo.json", "--check", "docs/engine.md"],
     "vllm.md tables": ["tools/vllm_tables.py", "docs/results/vllm/tests_record.jsonl", "--check", "docs/vllm.md"],
     "adaptive.md priced table": ["tools/price_adaptive.py", "--table", "docs/results/adaptive/priced.json",
