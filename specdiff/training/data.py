@@ -170,9 +170,7 @@ def verifier_states(target, layers, data_dir, folder: Path, show_progress: bool 
                 for ids, keys in _shard_batches(Path(data_dir) / shard["file"]):
                     computed += [s[:int(n)].clone() for s, n in zip(stacked_states(target, layers, ids, keys).half(),
                                                                     keys.sum(1))]
-            partial = path.with_suffix(".partial")
-            torch.save(computed, partial)
-            os.replace(partial, path)
+            _save(computed, path)
         states += torch.load(path)
     return states
 
@@ -212,11 +210,8 @@ def teacher_states(target, data_dir, folder: Path, show_progress: bool = True,
                     last = target.get_decoder()(input_ids=ids, attention_mask=keys.long()).last_hidden_state.half()
                     for row, n in zip(last, keys.sum(1).tolist()):
                         h = row[:n].clone()  # [L, H]
-                        lse = torch.cat([(part.float() @ head.T).logsumexp(-1) for part in h.split(256)])  # [L]
-                        computed.append((h, lse))
-            partial = path.with_suffix(".partial")
-            torch.save(computed, partial)
-            os.replace(partial, path)
+                        computed.append((h, _log_normaliser(h, head)))
+            _save(computed, path)
         out += torch.load(path)
     return out
 
@@ -246,12 +241,9 @@ def fill_caches(target, layers, data_dir, hidden: Path, teacher: Path, show_prog
                 for row, last, n in zip(stacked, out.last_hidden_state.half(), keys.sum(1).tolist()):
                     states.append(row[:n].clone())
                     h = last[:n].clone()  # [L, H]
-                    dists.append((h, torch.cat([(part.float() @ head.T).logsumexp(-1) for part in h.split(256)])))
-        for folder, computed in ((hidden, states), (teacher, dists)):
-            path = folder / (Path(shard["file"]).stem + ".pt")
-            partial = path.with_suffix(".partial")
-            torch.save(computed, partial)
-            os.replace(partial, path)
+                    dists.append((h, _log_normaliser(h, head)))
+        _save(states, hidden / (Path(shard["file"]).stem + ".pt"))
+        _save(dists, teacher / (Path(shard["file"]).stem + ".pt"))
 
 
 def cached_teacher(states: list[tuple[torch.Tensor, torch.Tensor]], picks: list[int], head: torch.Tensor):
@@ -279,6 +271,19 @@ def padded_states(states: list[torch.Tensor]) -> torch.Tensor:
 
 
 # -- shared -------------------------------------------------------------------------------------------------------
+
+def _log_normaliser(h: torch.Tensor, head: torch.Tensor) -> torch.Tensor:
+    """lse [L] float32: log sum_i exp(h . w_i) over the full head [V, H] float32, for float16 states h [L, H]
+    (256 rows at a time, so that the [rows, V] logits stay small)."""
+    return torch.cat([(part.float() @ head.T).logsumexp(-1) for part in h.split(256)])
+
+
+def _save(obj, path: Path) -> None:
+    """torch.save under a temporary name, then renamed: a killed run leaves no half-written cache file."""
+    partial = path.with_suffix(".partial")
+    torch.save(obj, partial)
+    os.replace(partial, path)
+
 
 def _shard_batches(path: Path, size: int = 8):
     """(ids [b, L], keys [b, L]) right-padded, `size` conversations (prompt + response) of a data shard at a time."""

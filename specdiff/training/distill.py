@@ -135,23 +135,24 @@ def _soft(target, settings, d2t, data_dir, out, show_progress) -> Callable[[list
     last hidden states and log-sum-exps, cached per data shard under `<out>/teacher[-dtype]/`."""
     if settings.get("target", "ce") == "ce":
         return lambda picks: {}
-    states = data.teacher_states(target, data_dir, out / _teacher_folder(settings), show_progress, settings["shards"])
+    folder = out / _cache_folder("teacher", settings)
+    states = data.teacher_states(target, data_dir, folder, show_progress, settings["shards"])
     head = target.get_output_embeddings().weight[torch.as_tensor(d2t)].float()  # [V_q, H]
     return lambda picks: dict(target=settings["target"], teacher=data.cached_teacher(states, picks, head))
 
 
-def _teacher_folder(settings) -> str:
-    """The teacher cache's folder name under the run: `teacher`, or `teacher-<dtype>` below float32."""
-    return "teacher" + ("" if settings["dtype"] == "float32" else "-" + settings["dtype"])
+def _cache_folder(name: str, settings) -> str:
+    """A verifier cache's folder name under the run: `name`, or `name-<dtype>` below float32."""
+    return name + ("" if settings["dtype"] == "float32" else "-" + settings["dtype"])
 
 
 def _dflash_loss(model, target, conversations, settings, d2t, data_dir, out, show_progress):
     """`dflash` over `anchors` blocks per conversation, on the verifier's cached hidden states."""
     layers = list(model.config.target_layer_ids)
-    folder = "hidden-" + "-".join(map(str, layers)) + ("" if settings["dtype"] == "float32" else "-" + settings["dtype"])
+    folder = _cache_folder("hidden-" + "-".join(map(str, layers)), settings)
     if settings.get("target", "ce") != "ce":  # both caches from one verifier pass
-        data.fill_caches(target, layers, data_dir, out / folder, out / _teacher_folder(settings), show_progress,
-                         settings["shards"])
+        data.fill_caches(target, layers, data_dir, out / folder, out / _cache_folder("teacher", settings),
+                         show_progress, settings["shards"])
     states = data.verifier_states(target, layers, data_dir, out / folder, show_progress, settings["shards"])
     to_draft = torch.full((len(target.get_input_embeddings().weight),), -100, dtype=torch.long)
     to_draft[torch.as_tensor(d2t)] = torch.arange(len(d2t))
