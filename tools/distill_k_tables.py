@@ -45,9 +45,13 @@ def k_table(entries: list[dict]) -> str:
 
 
 def leniency_table(entries: list[dict]) -> str:
-    lines = ["| rule | tokens / verifier call | vs Lossless | throughput vs Lossless | emitted TV | greedy agreement |",
-             "| --- | --- | --- | --- | --- | --- |"]
-    lines += [f"| {rule_name(e['rule'])} | {e['tokens_per_call']:.3f} | {e['tokens_per_call_vs_lossless']:.2f} | "
+    """One row per rule; a K column first when the run measured leniency at more than one K."""
+    several = len({e.get("K", 1) for e in entries}) > 1
+    lines = [("| K " if several else "") + "| rule | tokens / verifier call | vs Lossless | throughput vs Lossless | "
+             "emitted TV | greedy agreement |",
+             ("| --- " if several else "") + "| --- | --- | --- | --- | --- | --- |"]
+    lines += [(f"| {e.get('K', 1)} " if several else "")
+              + f"| {rule_name(e['rule'])} | {e['tokens_per_call']:.3f} | {e['tokens_per_call_vs_lossless']:.2f} | "
               f"{e['throughput_vs_lossless']:.2f} | {e['emitted_tv']:.3f} | {e['greedy_agreement']:.3f} |"
               .replace("| 0.000 |", "| 0 |") for e in entries]
     return "\n".join(lines) + "\n"

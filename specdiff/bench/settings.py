@@ -82,6 +82,9 @@ class Settings:
     tree_drafters: list = _f([], "the drafter kinds that get the tree rows ([]: every drafter)")
     tradeoff_steps: list = _f([], "effort rows spec_<kind> K=k at each K (drafters whose effort is K)")
     leniency: list = _f([], "leniency rows RULE:VALUE at the tuned B with K = 1 (linear, typical, tv, cactus)")
+    leniency_steps: list = _f([1], "the K of the leniency rows: 1 is K = 1, where q is the drafter's exact marginal; "
+                              "at K > 1 (the effort row's B and cache) q is the marginal of the step that unmasked "
+                              "each token, an approximation")
     kinds: dict = _f({}, "per-kind grid tables ({NAME = {blocks = [...], ...}})")
     user_set: tuple = field(default=(), metadata={"help": "", "flag": False, "internal": True})
 
@@ -195,6 +198,8 @@ def _check(settings: Settings) -> None:
             value = ""
         if rule not in ("linear", "typical", "tv", "cactus") or not value:
             raise ValueError(f"--leniency: expected RULE:VALUE with RULE linear, typical, tv or cactus, got {entry!r}")
+    if not settings.leniency_steps or any(not isinstance(k, int) or k < 1 for k in settings.leniency_steps):
+        raise ValueError(f"leniency_steps: expected a list of K >= 1, got {settings.leniency_steps!r}")
     if settings.dtype not in (None, "float32", "bfloat16"):
         raise ValueError(f"--dtype: expected float32 or bfloat16, got {settings.dtype!r}")
     for name in ("problems", "tune_problems", "repeats", "max_new_tokens", "threads", "tune_repeats"):

@@ -72,7 +72,7 @@ def speedup(settings, tuning: dict | None = None, say=None) -> dict:
     for name in configs:  # the drafter's seconds per round, in verifier steps
         if rows[name].get("rounds"):
             rows[name]["drafter_cost_vs_verifier_step"] = rows[name]["draft_ms"] / 1000 / step_s
-    for name, config in lenient.items():  # untimed: what the leniency rows emit, beside lossless at K = 1
+    for name, config in lenient.items():  # untimed: what the leniency rows emit, beside lossless at the same K
         rows[name].update(tradeoffs.agreement(config, cache, suite.test, settings.max_new_tokens, settings.seed))
         if config.rule != "lossless":
             rows[name]["rule"] = f"{config.rule} {config.leniency:g}"
@@ -186,7 +186,7 @@ def estimate(settings, references: dict, suite, verifier, tuned: bool = False) -
                         if kind in controlled and tuner.controllers_of(settings, kind, i)]
     plain_rows = 2 + bool(settings.hf_lookup_tokens) + (settings.hf_assistant != "none")  # ar, hf, HF's speculative
     rows = (plain_rows + len(references) + len(with_controllers) + len(settings.batch_sizes) + trees
-            + stepped * (len(settings.tradeoff_steps) + 2 * len(settings.leniency)))
+            + stepped * (len(settings.tradeoff_steps) + 2 * len(settings.leniency) * len(settings.leniency_steps)))
     n = len(suite.test)
     test_tokens = rows * n * (settings.repeats + 0.2) * settings.max_new_tokens
     minutes = (tune_tokens + test_tokens) * per_token / 60

@@ -3,9 +3,11 @@ configuration tuned for it on validation (`spec_<kind>`: B, K, cache):
 
 - effort rows `spec_<kind> K=k` (`settings.tradeoff_steps`): at every K the B and cache fastest on validation
   for that K (the tuning grid's, `tuner.choose`), lossless, measured beside every other row (Figure 3b, Eq. 6-7);
-- leniency rows `spec_<kind> <rule> <value>` (`settings.leniency`: Linear(lam), Typical(eps), ...) at the tuned
-  B and cache with K = 1, where q is the drafter's exact marginal, beside the lossless K = 1 row; what each
-  emits is measured by `agreement`, one untimed run per row on the same prompts and seed:
+- leniency rows `spec_<kind> <rule> <value>[ K=k]` (`settings.leniency`: Linear(lam), Typical(eps), ...) at each
+  K of `settings.leniency_steps` (default K = 1, where q is the drafter's exact marginal; at K > 1, q is the
+  marginal of the step that unmasked each token, an approximation), each at the B and cache of the lossless row
+  at that K (the tuned row, or the effort row `spec_<kind> K=k`) and beside it; what each emits is measured by
+  `agreement`, one untimed run per row on the same prompts and seed:
   - emitted_tv: the mean over emitted tokens of TV(p_i, E_i), E_i the law the rule emits at that position given
     the tokens before it (`theory.emitted_distribution`; 0 for a bonus token, drawn from p);
   - greedy_agreement: the share of emitted tokens that are the verifier's most likely token given the tokens
@@ -21,7 +23,7 @@ from specdiff.bench.tuner import choose
 
 def tradeoff_rows(kinds: list[str], chosen: dict, grid: list[dict], settings) -> tuple[dict, dict]:
     """({row: RunConfig} of the effort and leniency rows, {row: RunConfig} of the rows whose agreement is
-    measured: the leniency rows and the lossless K = 1 row)."""
+    measured: the leniency rows and the lossless row at each of their K)."""
     from specdiff.runs import RunConfig
 
     extra, lenient = {}, {}
@@ -37,16 +39,20 @@ def tradeoff_rows(kinds: list[str], chosen: dict, grid: list[dict], settings) ->
                 extra[f"spec_{kind} K={k}"] = replace(config, name=f"spec_{kind} K={k}")
         if not settings.leniency:
             continue
-        base = f"spec_{kind}" if tuned.steps == 1 else f"spec_{kind} K=1"
-        if base not in extra and base != f"spec_{kind}":
-            extra[base] = replace(tuned, name=base, steps=1)
-        lenient[base] = replace(tuned, name=base, steps=1, proposal="marginal", threshold=None)
-        for entry in settings.leniency:
-            rule, _, value = str(entry).partition(":")
-            name = f"spec_{kind} {rule} {float(value):g}"
-            extra[name] = replace(tuned, name=name, steps=1, proposal="marginal", threshold=None, rule=rule,
-                                  leniency=float(value))
-            lenient[name] = replace(extra[name])
+        for k in settings.leniency_steps:
+            base = f"spec_{kind}" if k == tuned.steps else f"spec_{kind} K={k}"
+            if base not in extra and base != f"spec_{kind}":
+                if k > tuned.block_size:
+                    continue
+                extra[base] = replace(tuned, name=base, steps=k)
+            lossless = tuned if base == f"spec_{kind}" else extra[base]
+            lenient[base] = replace(lossless, name=base, proposal="marginal", threshold=None)
+            for entry in settings.leniency:
+                rule, _, value = str(entry).partition(":")
+                name = f"spec_{kind} {rule} {float(value):g}" + (f" K={k}" if k != 1 else "")
+                extra[name] = replace(lossless, name=name, proposal="marginal", threshold=None, rule=rule,
+                                      leniency=float(value))
+                lenient[name] = replace(extra[name])
     return extra, lenient
 
 
@@ -103,16 +109,22 @@ def summaries(rows: dict, kinds: list[str], chosen: dict) -> dict:
              "mean_accepted": rows[name]["mean_accepted"], "tokens_per_round": rows[name]["tokens_per_round"],
              "drafter_cost_vs_verifier_step": rows[name].get("drafter_cost_vs_verifier_step")}
             for k, name in sorted(efforts.items())]
-        lossless = efforts.get(1)
         lenient = [name for name in rows if name.startswith(f"spec_{kind} ") and rows[name].get("rule")]
-        if lossless is not None:
+        out["leniency"][kind] = []
+        for k in sorted({rows[name]["config"]["steps"] for name in lenient}):
+            lossless = efforts.get(k)
+            if lossless is None:
+                continue
             base = rows[lossless]
-            out["leniency"][kind] = [
-                {"row": name, "rule": rows[name].get("rule", "lossless"), "tokens_per_call": rows[name]["tokens_per_round"],
+            out["leniency"][kind] += [
+                {"K": k, "row": name, "rule": rows[name].get("rule", "lossless"),
+                 "tokens_per_call": rows[name]["tokens_per_round"],
                  "tokens_per_call_vs_lossless": rows[name]["tokens_per_round"] / base["tokens_per_round"],
                  "throughput_vs_lossless": rows[name]["tokens_per_s"] / base["tokens_per_s"],
                  "emitted_tv": rows[name].get("emitted_tv"), "greedy_agreement": rows[name].get("greedy_agreement")}
-                for name in [lossless] + lenient]
+                for name in [lossless] + [n for n in lenient if rows[n]["config"]["steps"] == k]]
+        if not out["leniency"][kind]:
+            del out["leniency"][kind]
         adaptive = f"spec_{kind}_adaptive"
         if adaptive in rows:
             out["speedup_adaptive_vs_fixed"][kind] = rows[adaptive]["tokens_per_s"] / rows[f"spec_{kind}"]["tokens_per_s"]

@@ -23,6 +23,7 @@ ALIASES = {
     "--adaptive-steps": ("+", positive_int, "adaptive_steps", None),
     "--adaptive-blocks": ("+", positive_int, "adaptive_blocks", None),
     "--tradeoff-steps": ("*", positive_int, "tradeoff_steps", None), "--leniency": ("*", str, "leniency", None),
+    "--leniency-steps": ("+", positive_int, "leniency_steps", None),
     "--tune-problems": (None, positive_int, "tune_problems", None),
     "--tune-max-new-tokens": (None, positive_int, "tune_max_new_tokens", None),
     "--tune-repeats": (None, positive_int, "tune_repeats", None),

@@ -192,10 +192,12 @@ def tiny_masked(tiny, tmp_path_factory):
 
 def test_a_drafter_whose_effort_is_k_gets_the_tradeoff_adaptive_and_leniency_rows(tiny, tiny_masked, capsys):
     """Issue 32: the K tradeoff at the tuned B, a controller chosen on validation against the tuned fixed row, and
-    leniency rows at K = 1 beside Lossless with what they emit (Lossless emits the verifier's law: TV 0)."""
+    leniency rows beside Lossless with what they emit (Lossless emits the verifier's law: TV 0), at K = 1 and
+    (issue 40) at K = 2, each at the B of that K's lossless row."""
     assert main(["bench", "speedup", "--verifier", tiny["verifier"], "--drafters", tiny_masked, "--temperature", "0.8",
                  "--prompts-file", str(real_bench.TEST_FILE), *TINY, "--steps", "1", "2", "--tradeoff-steps", "1", "2",
-                 "--leniency", "linear:1", "typical:0.2", "--controllers", "confidence:floor=0.3"]) == 0
+                 "--leniency", "linear:1", "typical:0.2", "--leniency-steps", "1", "2",
+                 "--controllers", "confidence:floor=0.3"]) == 0
     out = json.loads(capsys.readouterr().out)
     rows, tuned = out["rows"], out["tuning"]["chosen"]["spec_masked"]["config"]
     assert [entry["K"] for entry in out["k_tradeoff"]["masked"]] == [1, 2]
@@ -203,13 +205,17 @@ def test_a_drafter_whose_effort_is_k_gets_the_tradeoff_adaptive_and_leniency_row
         grid = [row for row in out["tuning"]["grid"] if row["row"] == "spec_masked" and row["config"]["steps"] == entry["K"]]
         assert rows[entry["row"]]["config"]["block_size"] == tuner.choose(grid)["config"]["block_size"]
         assert rows[entry["row"]]["config"]["steps"] == entry["K"] and entry["tokens_per_s"] > 0
-    lenient = {entry["rule"]: entry for entry in out["leniency"]["masked"]}
-    assert set(lenient) == {"lossless", "linear 1", "typical 0.2"}
-    assert lenient["lossless"]["emitted_tv"] == 0 and lenient["lossless"]["tokens_per_call_vs_lossless"] == 1
-    assert lenient["linear 1"]["emitted_tv"] > 0.05  # Linear(1) emits q itself: far from a random verifier's p
-    assert lenient["linear 1"]["tokens_per_call_vs_lossless"] > 1  # and accepts every draft (always longer rounds)
-    for entry in lenient.values():
-        assert 0 <= entry["greedy_agreement"] <= 1 and rows[entry["row"]]["config"]["steps"] == 1
+    assert [entry["K"] for entry in out["leniency"]["masked"]] == [1, 1, 1, 2, 2, 2]
+    efforts = {entry["K"]: entry["row"] for entry in out["k_tradeoff"]["masked"]}
+    for k in (1, 2):
+        lenient = {entry["rule"]: entry for entry in out["leniency"]["masked"] if entry["K"] == k}
+        assert set(lenient) == {"lossless", "linear 1", "typical 0.2"} and lenient["lossless"]["row"] == efforts[k]
+        assert lenient["lossless"]["emitted_tv"] == 0 and lenient["lossless"]["tokens_per_call_vs_lossless"] == 1
+        assert lenient["linear 1"]["emitted_tv"] > 0.05  # Linear(1) emits q itself: far from a random verifier's p
+        assert lenient["linear 1"]["tokens_per_call_vs_lossless"] > 1  # and accepts every draft (longer rounds)
+        for entry in lenient.values():  # at the B of that K's lossless row
+            assert 0 <= entry["greedy_agreement"] <= 1 and rows[entry["row"]]["config"]["steps"] == k
+            assert rows[entry["row"]]["config"]["block_size"] == rows[efforts[k]]["config"]["block_size"]
     adaptive = out["tuning"]["chosen"]["spec_masked_adaptive"]["config"]
     assert adaptive["controller"] == "confidence:floor=0.3"
     assert any(row["row"] == "spec_masked_adaptive" for row in out["tuning"]["grid"])  # chosen on validation
