@@ -7,7 +7,8 @@ figures (plain decoding, HF baselines, the adaptive controller):
     python tools/distill_k_tables.py docs/results/distill/k/bench_sampled_test0-9_seed0.json --check docs/distill.md
 
 The doc's tables are the masked drafter's (`--kind`); they stand between `<!-- distill_k_tables.py K: begin -->`
-and its end line, and the same for `leniency`.
+and its end line, and the same for `leniency`; with `--named`, between `<!-- distill_k_tables.py K STEM: begin -->`
+(STEM the report file's stem), so one doc holds several runs. A leniency table measured at several K gets a K column.
 """
 from __future__ import annotations
 
@@ -57,15 +58,16 @@ def leniency_table(entries: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def tables(out: dict, kind: str) -> dict[str, str]:
-    return {"distill_k_tables.py K": k_table(out["k_tradeoff"][kind]),
-            "distill_k_tables.py leniency": leniency_table(out["leniency"][kind])}
+def tables(out: dict, kind: str, suffix: str = "") -> dict[str, str]:
+    return {"distill_k_tables.py K" + suffix: k_table(out["k_tradeoff"][kind]),
+            "distill_k_tables.py leniency" + suffix: leniency_table(out["leniency"][kind])}
 
 
 def summary(out: dict) -> str:
     rows = out["rows"]
-    lines = [f"plain decoding (ar) {rows['ar']['tokens_per_s']:.1f} tokens/s, HF generate {rows['hf']['tokens_per_s']:.1f}, "
-             f"HF prompt lookup {rows['hf_lookup']['tokens_per_s']:.1f} (accepted {rows['hf_lookup']['mean_accepted']:.2f})"]
+    lines = [f"plain decoding (ar) {rows['ar']['tokens_per_s']:.1f} tokens/s, HF generate {rows['hf']['tokens_per_s']:.1f}"
+             + (f", HF prompt lookup {rows['hf_lookup']['tokens_per_s']:.1f} (accepted "
+                f"{rows['hf_lookup']['mean_accepted']:.2f})" if "hf_lookup" in rows else "")]
     for kind, ratio in out["speedup_adaptive_vs_fixed"].items():
         adaptive, fixed = rows[f"spec_{kind}_adaptive"], rows[f"spec_{kind}"]
         lines.append(f"adaptive ({adaptive['config']['controller']}, B<={adaptive['config']['block_size']}): "
@@ -82,11 +84,13 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("bench", type=Path)
     parser.add_argument("--kind", default="masked", help="the drafter kind whose tables are written (default masked)")
+    parser.add_argument("--named", action="store_true",
+                        help="blocks named after the report file too (`distill_k_tables.py K STEM`): a doc with several runs")
     parser.add_argument("--update", type=Path, help="write the tables into this markdown file's marked blocks")
     parser.add_argument("--check", type=Path, help="compare this markdown file's marked blocks (exit 1 if they differ)")
     args = parser.parse_args(argv)
     out = report(args.bench)
-    blocks = tables(out, args.kind)
+    blocks = tables(out, args.kind, f" {args.bench.stem}" if args.named else "")
     if not (args.check or args.update):
         print(summary(out))
         print("\n".join(f"{name}:\n\n{text}" for name, text in blocks.items()))
