@@ -8,8 +8,9 @@ on the validation prompts only by
     specdiff bench tune --verifier smollm2-135m-instruct --preset demo_real --out specdiff/bench/presets/demo_real.tuning.json
 
 Rows: `ar` (plain cached decoding: the 1.00x), `hf` (transformers' generate: the greedy reference),
-`spec_lookup` (prompt lookup), `spec_dflash` (the best distilled drafter), `spec_hybrid` (lookup where a long
-match exists, else DFlash) and `spec_dflash_tree8` (DFlash's best-first draft tree of 8 nodes). Every row is
+`spec_lookup` (prompt lookup), `spec_dflash` (the DFlash drafter), `spec_masked` (the masked diffusion drafter,
+the best distilled drafter on the held-out test prompts since issue 40's retrain), `spec_hybrid` (lookup where a
+long match exists, else DFlash) and `spec_dflash_tree8` (DFlash's best-first draft tree of 8 nodes). Every row is
 lossless: at float32 its output equals HF greedy token for token; at bfloat16 up to the stated near-ties
 (`bench.ties`).
 

@@ -13,7 +13,7 @@ def test_the_committed_tuning_was_chosen_on_validation_for_the_demos_rows():
     preset = settings.build(demo_real.PRESET, {})
     tuning = tuner.read(demo_real.TUNING, preset.verifier)  # refused for another verifier
     assert "validation" in tuning["on"] and "test" not in tuning["on"]
-    assert set(tuning["references"]) == {"dflash", "lookup", "hybrid"}
+    assert set(tuning["references"]) == {"dflash", "masked", "lookup", "hybrid"}
     assert {f"spec_{kind}" for kind in tuning["references"]} <= set(tuning["chosen"])
 
 
@@ -23,7 +23,7 @@ def test_demo_real_shows_every_row_lossless_and_greedy_identical_in_float32(smol
     png = tmp_path / "frontier.png"
     report = real_demo("float32", str(png), show_progress=False, overrides={"problems": 2, "max_new_tokens": 12})
     rows = {line["row"]: line for line in table_rows(report)}
-    assert set(rows) == {"ar", "hf", "spec_dflash", "spec_lookup", "spec_hybrid", "spec_dflash_tree8"}
+    assert set(rows) == {"ar", "hf", "spec_dflash", "spec_masked", "spec_lookup", "spec_hybrid", "spec_dflash_tree8"}
     assert report["dtype"] == "float32" and report["prompts"] == 2
     for name, line in rows.items():
         assert line["exact"], name
