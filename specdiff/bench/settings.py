@@ -81,7 +81,8 @@ class Settings:
                      "deep; the fastest is measured (spec_<kind>_tree<N>, batch 1, lossless)")
     tree_drafters: list = _f([], "the drafter kinds that get the tree rows ([]: every drafter)")
     tradeoff_steps: list = _f([], "effort rows spec_<kind> K=k at each K (drafters whose effort is K)")
-    leniency: list = _f([], "leniency rows RULE:VALUE at the tuned B with K = 1 (linear, typical, tv, cactus)")
+    leniency: list = _f([], "leniency rows RULE:VALUE (linear, typical, tv, cactus) at each K of leniency_steps, "
+                         "at the B of that K's lossless row")
     leniency_steps: list = _f([1], "the K of the leniency rows: 1 is K = 1, where q is the drafter's exact marginal; "
                               "at K > 1 (the effort row's B and cache) q is the marginal of the step that unmasked "
                               "each token, an approximation")

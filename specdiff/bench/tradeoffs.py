@@ -46,7 +46,7 @@ def tradeoff_rows(kinds: list[str], chosen: dict, grid: list[dict], settings) ->
                     continue
                 extra[base] = replace(tuned, name=base, steps=k)
             lossless = tuned if base == f"spec_{kind}" else extra[base]
-            lenient[base] = replace(lossless, name=base, proposal="marginal", threshold=None)
+            lenient[base] = replace(lossless, name=base)  # its agreement: the timed lossless row itself
             for entry in settings.leniency:
                 rule, _, value = str(entry).partition(":")
                 name = f"spec_{kind} {rule} {float(value):g}" + (f" K={k}" if k != 1 else "")
