@@ -20,6 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import doc_blocks  # noqa: E402
+from spec_bench_table import accepted_tau  # noqa: E402
 
 PLAIN_ROWS = ("ar", "hf")  # nothing is drafted
 
@@ -40,9 +41,7 @@ def table(results: list[tuple[str, dict]]) -> str:
             row = result["rows"].get(name)
             if row is None:
                 continue
-            cells = [f"{row['per_kind'][k]['mean_accepted']:.2f} / {row['per_kind'][k]['tokens_per_round']:.2f}"
-                     for k in kinds]
-            cells.append(f"{row['mean_accepted']:.2f} / {row['tokens_per_round']:.2f}")
+            cells = [accepted_tau(row["per_kind"][k]) for k in kinds] + [accepted_tau(row)]
             lines.append(f"| `{name}` | {result.get('dtype', 'float32')} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

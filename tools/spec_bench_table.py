@@ -23,6 +23,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import doc_blocks  # noqa: E402
 
 
+def accepted_tau(figures: dict) -> str:
+    """A row's (or one kind's) cell: `mean accepted / tau`."""
+    return f"{figures['mean_accepted']:.2f} / {figures['tokens_per_round']:.2f}"
+
+
 def table(result: dict, source: str) -> str:
     """The run's headline, its rows, and per category each row's mean accepted / tau / speedup."""
     rows, base = result["rows"], result["ar_baseline"]
@@ -56,9 +61,8 @@ def table(result: dict, source: str) -> str:
         for kind in kinds:
             mine, ref = row["per_kind"][kind], rows[base]["per_kind"][kind]
             speed = mine["tokens_per_s"] / ref["tokens_per_s"] if ref["tokens_per_s"] else 0.0
-            cells.append(f"{mine['mean_accepted']:.2f} / {mine['tokens_per_round']:.2f} / {speed:.2f}×")
-        cells.append(f"{row['mean_accepted']:.2f} / {row['tokens_per_round']:.2f} / "
-                     f"{row['tokens_per_s'] / plain:.2f}×")
+            cells.append(f"{accepted_tau(mine)} / {speed:.2f}×")
+        cells.append(f"{accepted_tau(row)} / {row['tokens_per_s'] / plain:.2f}×")
         lines.append(f"| `{name}` | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
