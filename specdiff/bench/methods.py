@@ -49,8 +49,9 @@ def speculative(config, cache) -> Method:
     return Method(config.name, generator.exact, call, config.batch_size, config.as_dict())
 
 
-def plain(verifier) -> Method:
-    """specdiff's plain cached decoding of the verifier: one token per forward, nothing accepted."""
+def plain(verifier, name: str = "ar", batch: int = 1) -> Method:
+    """specdiff's plain cached decoding of the verifier: one token per forward, nothing accepted; `batch` prompts
+    per call (left-padded)."""
     import torch
 
     from specdiff.engine.baselines import autoregressive_generate
@@ -64,7 +65,7 @@ def plain(verifier) -> Method:
                                          verifier.temperature, verifier.top_p, verifier.top_k, draws,
                                          pad_token_id=verifier.model.config.pad_token_id or 0)
         return [{"ids": row, "rounds": len(row), "accepted": 0} for row in ids]
-    return Method("ar", True, call, config={"name": "ar", "drafter": None})
+    return Method(name, True, call, batch, config={"name": name, "drafter": None, "batch_size": batch})
 
 
 def hf(verifier, name: str = "hf", assistant_model=None, prompt_lookup_num_tokens: int | None = None,

@@ -5,7 +5,8 @@ suite, then the keys each suite's report has always had (their names and meaning
   figures): `speedup_vs_ar` (over the faster of `ar` and `hf`), `speedup_vs_hf_best_speculative` (over the
   faster of `hf_lookup` and `hf_assisted`), `mean_accepted`, `greedy_identical` (at greedy), `drafter`, `row`,
   `config`; `k_tradeoff`, `leniency` and `speedup_adaptive_vs_fixed` per kind (`tradeoffs.summaries`);
-  `kinds`: the prompt kinds;
+  `kinds`: the prompt kinds; `batch`: per batched row (`batch_sizes`) its speedup over plain decoding at the
+  same batch (`ar_batch<N>`) and over batch-1 plain decoding;
 - the arith suite: the first drafter's rows are `spec`, `spec_adaptive` and `spec_batch8` in `tokens_per_s`,
   `accuracy` and the keys built on them (`speedup_vs_ar`, `speedup_vs_hf_assisted`, `batch8_vs_batch1`,
   `speedup_adaptive_vs_fixed` over `spec`, `profile`: a round of `spec` split into drafting, the verifier's
@@ -56,6 +57,10 @@ def _prompts(rows, tuning, references, suite, verifier, steps_kinds) -> dict:
             out["greedy_identical"] = rows[row]["greedy_identical"]
             out["greedy_identical_up_to_ties"] = rows[row].get("greedy_identical_up_to_ties")
     out.update(summaries(rows, steps_kinds, chosen))
+    out["batch"] = {name: {"batch_size": row["config"]["batch_size"], "tokens_per_s": row["tokens_per_s"],
+                           "speedup_vs_ar_batch": row["tokens_per_s"] / rows[f"ar_batch{row['config']['batch_size']}"]["tokens_per_s"],
+                           "speedup_vs_ar": row["tokens_per_s"] / rows[ar_baseline]["tokens_per_s"]}
+                    for name, row in rows.items() if name.startswith("spec_") and "_batch" in name}
     out.update({"prompts_file": suite.measured_on, "prompts": len(suite.test), "kinds": sorted({p.kind for p in suite.test}),
                 "greedy": greedy, "sampling": {"temperature": verifier.temperature, "top_p": verifier.top_p,
                                                "top_k": verifier.top_k},

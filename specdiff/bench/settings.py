@@ -75,8 +75,9 @@ class Settings:
     adaptive_blocks: list = _f([], "with a controller: the longest draft B ([]: the tuned B and the largest of "
                                "blocks)")
     adaptive_cache: str = _f("", "with a controller: the prefix cache (\"\": the tuned one)")
-    batch_sizes: list = _f([], "the first drafter's tuned configuration again at these batch sizes "
-                           "(spec_<kind>_batch<N>)")
+    batch_sizes: list = _f([], "the first drafter's (or batch_drafters') tuned configuration again at these batch "
+                           "sizes (spec_<kind>_batch<N>), beside plain decoding at each (ar_batch<N>)")
+    batch_drafters: list = _f([], "the drafter kinds that get the batch_sizes rows ([]: the first drafter)")
     trees: list = _f([], "draft-tree node budgets tried on validation on every drafter's tuned configuration, B "
                      "deep; the fastest is measured (spec_<kind>_tree<N>, batch 1, lossless)")
     tree_drafters: list = _f([], "the drafter kinds that get the tree rows ([]: every drafter)")

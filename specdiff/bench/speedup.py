@@ -7,7 +7,8 @@ prompts (`timer.measure`), then the report (`report.report`). Rows:
 - `hf_lookup` (HF prompt lookup at its tuned N, when `hf_lookup_tokens` is not empty) and `hf_assisted`
   (transformers' assisted generation with `hf_assistant`, by default the verifier's AR drafter where one fits);
 - `spec_<kind>` per drafter at its tuned configuration; `spec_<kind>_adaptive` with its tuned controller;
-  `spec_<kind>_batch<N>` (the first drafter, `batch_sizes`); `spec_<kind>_tree<N>` (a drafter's tuned
+  `spec_<kind>_batch<N>` (the first drafter or `batch_drafters`, at each of `batch_sizes`) beside `ar_batch<N>`
+  (plain decoding at that batch); `spec_<kind>_tree<N>` (a drafter's tuned
   configuration with draft trees of N nodes, the budget of `trees` chosen on validation; every budget of `trees`
   when the tuning file has no choice); the effort and leniency rows of `tradeoffs`.
 `estimate` says, before anything is tuned, about how long the run takes.
@@ -28,6 +29,9 @@ def speedup(settings, tuning: dict | None = None, say=None) -> dict:
 
     say = say or (lambda *a: None)
     references = tuning["references"] if tuning else drafter_references(settings)
+    for kind in settings.batch_drafters:  # refused before anything is loaded or tuned
+        if kind not in references:
+            raise ValueError(f"batch_drafters names {kind!r}, which is not measured (drafters: {', '.join(references)})")
     cache, verifier, suite = _setup(settings)
     say(estimate(settings, references, suite, verifier, tuned=tuning is not None))
     tuning = tuning or tuner.tune(references, settings, suite, cache, verifier, say)
@@ -43,9 +47,11 @@ def speedup(settings, tuning: dict | None = None, say=None) -> dict:
                                           config={"assistant_model": assistant})
     configs = {row: RunConfig(**{**chosen[row]["config"], "name": row}) for row in chosen
                if row.startswith("spec_") and not row.endswith("_tree")}  # a tree's row is named by its budget below
-    first = f"spec_{next(iter(references))}"
-    configs.update({f"{first}_batch{n}": RunConfig(**{**chosen[first]["config"], "name": f"{first}_batch{n}",
-                                                       "batch_size": n}) for n in settings.batch_sizes})
+    methods.update({f"ar_batch{n}": rows_.plain(verifier, f"ar_batch{n}", n) for n in settings.batch_sizes})
+    for kind in settings.batch_drafters or [next(iter(references))]:  # a batched row's ratio is over ar_batch<N>
+        configs.update({f"spec_{kind}_batch{n}": RunConfig(**{**chosen[f"spec_{kind}"]["config"], "batch_size": n,
+                                                              "name": f"spec_{kind}_batch{n}"})
+                        for n in settings.batch_sizes})
     for kind in tuner.tree_kinds(references, settings):  # the budget chosen on validation (else each budget)
         tree = chosen.get(f"spec_{kind}_tree")
         budgets = [tree["config"]["tree_budget"]] if tree else settings.trees if f"spec_{kind}" in chosen else []
@@ -185,7 +191,7 @@ def estimate(settings, references: dict, suite, verifier, tuned: bool = False) -
     with_controllers = [kind for i, kind in enumerate(references)
                         if kind in controlled and tuner.controllers_of(settings, kind, i)]
     plain_rows = 2 + bool(settings.hf_lookup_tokens) + (settings.hf_assistant != "none")  # ar, hf, HF's speculative
-    rows = (plain_rows + len(references) + len(with_controllers) + len(settings.batch_sizes) + trees
+    rows = (plain_rows + len(references) + len(with_controllers) + len(settings.batch_sizes) * (1 + max(len(settings.batch_drafters), 1)) + trees
             + stepped * (len(settings.tradeoff_steps) + 2 * len(settings.leniency) * len(settings.leniency_steps)))
     n = len(suite.test)
     test_tokens = rows * n * (settings.repeats + 0.2) * settings.max_new_tokens

@@ -130,6 +130,29 @@ def test_sampled_run_omits_greedy_identical(tiny, capsys):
     assert out["speedup_vs_ar"] > 0 and out["speedup_vs_hf_best_speculative"] > 0
 
 
+def test_batched_rows_sit_beside_plain_decoding_at_the_same_batch(tiny, capsys):
+    """`batch_sizes`: each of `batch_drafters` at its tuned configuration, B prompts per call, beside `ar_batch<N>`
+    (plain decoding, B prompts per call); greedy batched rows stay HF greedy token for token (float32)."""
+    assert main(["bench", "speedup", "--verifier", tiny["verifier"], "--prompts-file", str(real_bench.TEST_FILE),
+                 "--drafters", "lookup", "--set", "trees=[]", "--set", "batch_sizes=[2]",
+                 "--set", "batch_drafters=[\"lookup\"]", "--dtype", "float32", *TINY]) == 0
+    out = json.loads(capsys.readouterr().out)
+    rows = out["rows"]
+    assert {"ar_batch2", "spec_lookup_batch2"} <= set(rows)
+    assert rows["ar_batch2"]["config"]["batch_size"] == rows["spec_lookup_batch2"]["config"]["batch_size"] == 2
+    assert rows["spec_lookup_batch2"]["config"]["block_size"] == rows["spec_lookup"]["config"]["block_size"]
+    for name in ("ar_batch2", "spec_lookup_batch2"):
+        assert rows[name]["prompts"] == 3 and rows[name]["greedy_identical"] == 1.0
+        assert rows[name]["new_tokens"] == rows["hf"]["new_tokens"]
+    batch = out["batch"]["spec_lookup_batch2"]
+    assert batch["speedup_vs_ar_batch"] == pytest.approx(rows["spec_lookup_batch2"]["tokens_per_s"]
+                                                         / rows["ar_batch2"]["tokens_per_s"])
+    assert _exit_code(["bench", "speedup", "--verifier", tiny["verifier"], "--drafters", "lookup",
+                       "--set", "trees=[]", "--set", "batch_sizes=[2]", "--set", "batch_drafters=[\"dflash\"]",
+                       *TINY]) == 2
+    assert "batch_drafters names 'dflash', which is not measured" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--drafters", "masked"], "do not fit the vocabulary of the real verifier"),
     (["--drafters", "lookup,ar-drafter"], "do not fit the vocabulary of the real verifier"),
