@@ -9,7 +9,8 @@
 Terms (`specdiff.bench.figures`): mean accepted, drafted tokens accepted per round (HF rows: new tokens per verifier
 forward, minus one); tau, new tokens per round (the bonus or correction token counted, as Spec-Bench counts it);
 speedup, a row's tokens/s over the plain row's (`ar_baseline`, the faster of specdiff's plain decoding and HF
-`generate`), per category on that category's prompts. The block is named after the JSON file's stem, so one doc
+`generate`; for a batched row, `ar_batch<N>`, plain decoding at its batch), per category on that category's
+prompts. A sampled run's table has no greedy columns' figures. The block is named after the JSON file's stem, so one doc
 can hold several runs.
 """
 from __future__ import annotations
@@ -39,15 +40,16 @@ def table(result: dict, source: str) -> str:
              f"seed {result['seed']}; tuned on {result['tuned_on']}. Headline: row `{result['row']}` "
              f"({result['config']['name']}), `speedup_vs_ar` **{result['speedup_vs_ar']:.2f}** (against `{base}`), "
              f"`speedup_vs_hf_best_speculative` **{result['speedup_vs_hf_best_speculative']:.2f}** (against "
-             f"`{result['hf_best_speculative']}`), `greedy_identical` {result['greedy_identical']:.2f}"
+             f"`{result['hf_best_speculative']}`)"
+             + (f", `greedy_identical` {result['greedy_identical']:.2f}" if result["greedy"] else "")
              + (f", `greedy_identical_up_to_ties` {up_to_ties:.2f}" if up_to_ties is not None else "") + ".",
              "",
              "| row | tokens/s | speedup | mean accepted | tau | greedy = HF | up to ties |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
-    plain = rows[base]["tokens_per_s"]
     for name, row in rows.items():
         same = row.get("greedy_identical")
         ties = row.get("greedy_identical_up_to_ties")
+        plain = rows[_plain_of(name, row, base)]["tokens_per_s"]
         lines.append(f"| `{name}` | {row['tokens_per_s']:.1f} | {row['tokens_per_s'] / plain:.2f}× | "
                      f"{row['mean_accepted']:.2f} | {row['tokens_per_round']:.2f} | "
                      f"{'–' if same is None else f'{same:.2f}'} | {'–' if ties is None else f'{ties:.2f}'} |")
@@ -55,16 +57,23 @@ def table(result: dict, source: str) -> str:
               "| row | " + " | ".join(kinds) + " | overall |",
               "| --- | " + " | ".join("---" for _ in kinds) + " | --- |"]
     for name, row in rows.items():
-        if name in (base, "ar", "hf"):
+        if name in (base, "ar", "hf") or name.startswith("ar_batch"):
             continue
+        own = rows[_plain_of(name, row, base)]
         cells = []
         for kind in kinds:
-            mine, ref = row["per_kind"][kind], rows[base]["per_kind"][kind]
+            mine, ref = row["per_kind"][kind], own["per_kind"][kind]
             speed = mine["tokens_per_s"] / ref["tokens_per_s"] if ref["tokens_per_s"] else 0.0
             cells.append(f"{accepted_tau(mine)} / {speed:.2f}×")
-        cells.append(f"{accepted_tau(row)} / {row['tokens_per_s'] / plain:.2f}×")
+        cells.append(f"{accepted_tau(row)} / {row['tokens_per_s'] / own['tokens_per_s']:.2f}×")
         lines.append(f"| `{name}` | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _plain_of(name: str, row: dict, base: str) -> str:
+    """The row a row's speedup is over: plain decoding at the row's batch (`ar_batch<N>`), else `base`."""
+    batch = (row.get("config") or {}).get("batch_size") or 1
+    return base if batch == 1 or name == f"ar_batch{batch}" else f"ar_batch{batch}"
 
 
 def main(argv=None) -> int:
