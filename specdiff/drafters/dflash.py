@@ -36,6 +36,7 @@ verification); then the drafter is a `point_mass` drafter and forms no distribut
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from specdiff.drafters.base import Draft, Drafter
 from specdiff.drafters.dflash_lean import LeanCache, lean_block_states, lean_weights, project_context
@@ -171,7 +172,11 @@ class DFlashDrafter(Drafter):
         self.pending, self.pending_mask = self.pending[:, :0], self.pending_mask[:, :0]
         head = self.target.get_output_embeddings()
         states = states[:, 1:].to(head.weight.dtype)  # [b, B, H]
-        logits = head(states) if self.head_weight is None else states @ self.head_weight.T  # [b, B, V or V_d]
+        weight = head.weight if self.head_weight is None else self.head_weight  # [V or V_d, H]
+        # as rows [b * B, H]: a 3-D product without bias goes through bmm on the CPU, which copies the transposed
+        # weight every round (about 8 of a 15 ms proposal, profiled at 1 thread)
+        bias = head.bias if self.head_weight is None else None
+        logits = F.linear(states.reshape(-1, states.shape[-1]), weight, bias).view(batch, block_size, -1)  # [b, B, V or V_d]
         check_finite(logits, "drafter")
         return logits
 
