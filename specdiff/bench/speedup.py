@@ -191,7 +191,8 @@ def estimate(settings, references: dict, suite, verifier, tuned: bool = False) -
     with_controllers = [kind for i, kind in enumerate(references)
                         if kind in controlled and tuner.controllers_of(settings, kind, i)]
     plain_rows = 2 + bool(settings.hf_lookup_tokens) + (settings.hf_assistant != "none")  # ar, hf, HF's speculative
-    rows = (plain_rows + len(references) + len(with_controllers) + len(settings.batch_sizes) * (1 + max(len(settings.batch_drafters), 1)) + trees
+    batched = len(settings.batch_sizes) * (1 + max(len(settings.batch_drafters), 1))  # ar_batch<N> and each drafter's
+    rows = (plain_rows + len(references) + len(with_controllers) + batched + trees
             + stepped * (len(settings.tradeoff_steps) + 2 * len(settings.leniency) * len(settings.leniency_steps)))
     n = len(suite.test)
     test_tokens = rows * n * (settings.repeats + 0.2) * settings.max_new_tokens

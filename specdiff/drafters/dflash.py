@@ -176,7 +176,8 @@ class DFlashDrafter(Drafter):
         # as rows [b * B, H]: a 3-D product without bias goes through bmm on the CPU, which copies the transposed
         # weight every round (about 8 of a 15 ms proposal, profiled at 1 thread)
         bias = head.bias if self.head_weight is None else None
-        logits = F.linear(states.reshape(-1, states.shape[-1]), weight, bias).view(batch, block_size, -1)  # [b, B, V or V_d]
+        rows = states.reshape(-1, states.shape[-1])  # [b * B, H]
+        logits = F.linear(rows, weight, bias).view(batch, block_size, -1)  # [b, B, V or V_d]
         check_finite(logits, "drafter")
         return logits
 
