@@ -23,6 +23,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import doc_blocks  # noqa: E402
 
+from specdiff.bench.report import plain_row  # noqa: E402
+
 
 def accepted_tau(figures: dict) -> str:
     """A row's (or one kind's) cell: `mean accepted / tau`."""
@@ -49,7 +51,7 @@ def table(result: dict, source: str) -> str:
     for name, row in rows.items():
         same = row.get("greedy_identical")
         ties = row.get("greedy_identical_up_to_ties")
-        plain = rows[_plain_of(name, row, base)]["tokens_per_s"]
+        plain = rows[plain_row(name, row, base)]["tokens_per_s"]
         lines.append(f"| `{name}` | {row['tokens_per_s']:.1f} | {row['tokens_per_s'] / plain:.2f}× | "
                      f"{row['mean_accepted']:.2f} | {row['tokens_per_round']:.2f} | "
                      f"{'–' if same is None else f'{same:.2f}'} | {'–' if ties is None else f'{ties:.2f}'} |")
@@ -59,7 +61,7 @@ def table(result: dict, source: str) -> str:
     for name, row in rows.items():
         if name in (base, "ar", "hf") or name.startswith("ar_batch"):
             continue
-        own = rows[_plain_of(name, row, base)]
+        own = rows[plain_row(name, row, base)]
         cells = []
         for kind in kinds:
             mine, ref = row["per_kind"][kind], own["per_kind"][kind]
@@ -68,12 +70,6 @@ def table(result: dict, source: str) -> str:
         cells.append(f"{accepted_tau(row)} / {row['tokens_per_s'] / own['tokens_per_s']:.2f}×")
         lines.append(f"| `{name}` | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
-
-
-def _plain_of(name: str, row: dict, base: str) -> str:
-    """The row a row's speedup is over: plain decoding at the row's batch (`ar_batch<N>`), else `base`."""
-    batch = (row.get("config") or {}).get("batch_size") or 1
-    return base if batch == 1 or name == f"ar_batch{batch}" else f"ar_batch{batch}"
 
 
 def main(argv=None) -> int:

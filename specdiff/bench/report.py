@@ -29,6 +29,13 @@ def report(rows: dict, tuning: dict, references: dict, settings, suite, verifier
     return {**_prompts(rows, tuning, references, suite, verifier, steps_kinds), **common}
 
 
+def plain_row(name: str, row: dict, base: str) -> str:
+    """The plain row a row's speedup is over: plain decoding at the row's batch (`ar_batch<N>`) for a batched row,
+    else `base` (the faster of `ar` and `hf`)."""
+    batch = (row.get("config") or {}).get("batch_size") or 1
+    return base if batch == 1 or name == f"ar_batch{batch}" else f"ar_batch{batch}"
+
+
 def _dtype(verifier) -> str:
     """The verifier's parameter dtype ("float32", "bfloat16"): the dtype every row ran in."""
     return str(next(verifier.model.parameters()).dtype).removeprefix("torch.")
@@ -59,10 +66,10 @@ def _prompts(rows, tuning, references, suite, verifier, steps_kinds) -> dict:
     out.update(summaries(rows, steps_kinds, chosen))
     out["batch"] = {}
     for name, row in rows.items():  # a batched row beside plain decoding at its batch
-        if name.startswith("spec_") and "_batch" in name:
-            plain = rows[f"ar_batch{row['config']['batch_size']}"]
+        plain = plain_row(name, row, ar_baseline)
+        if name.startswith("spec_") and plain != ar_baseline:
             out["batch"][name] = {"batch_size": row["config"]["batch_size"], "tokens_per_s": row["tokens_per_s"],
-                                  "speedup_vs_ar_batch": row["tokens_per_s"] / plain["tokens_per_s"],
+                                  "speedup_vs_ar_batch": row["tokens_per_s"] / rows[plain]["tokens_per_s"],
                                   "speedup_vs_ar": row["tokens_per_s"] / rows[ar_baseline]["tokens_per_s"]}
     out.update({"prompts_file": suite.measured_on, "prompts": len(suite.test), "kinds": sorted({p.kind for p in suite.test}),
                 "greedy": greedy, "sampling": {"temperature": verifier.temperature, "top_p": verifier.top_p,
