@@ -101,11 +101,15 @@ def _check_shape(summary, trained, blocks):
     assert all(chain[str(k)] <= accuracy[str(k)] for k in range(1, trained + 1))
     assert list(summary["expected_accepted"]) == [str(b) for b in blocks]
     assert all(0 <= summary["expected_accepted"][str(b)] <= b for b in blocks)
+    at_trained = summary["expected_accepted_trained_width"]  # the trained block's first B positions' chain
+    assert list(at_trained) == [str(b) for b in blocks]
+    assert all(at_trained[str(b)] == pytest.approx(sum(chain[str(k)] for k in range(1, b + 1)), abs=1e-3)
+               for b in blocks)
 
 
 def test_the_draft_vocabulary_holds_every_greedy_token(setup):
     model, loaded = _loaded(setup)
-    assert loaded.kind == "dflash" and loaded.trained == 8 and loaded.blocks == [4, 8]
+    assert loaded.kind == "dflash" and loaded.trained == 8 and loaded.blocks == [2, 4, 8]
     assert sorted(loaded.d2t.tolist()) == sorted(FAVOURED + [setup["tok"].eos_token_id])
     for conversation in setup["conversations"]:
         truth = _truth(model, conversation)
@@ -117,7 +121,7 @@ def test_an_oracle_drafter_scores_one_and_the_same_oracle_one_position_off_does_
     real = loaded.model
     (scores,), figures = tool.evaluate([loaded], model, setup["conversations"], ["a", "b", "a"], new_tokens=12,
                                        show_progress=False)
-    _check_shape(scores["overall"], 8, [4, 8])
+    _check_shape(scores["overall"], 8, [2, 4, 8])
     assert scores["overall"]["anchors"] == figures["anchors"] == 36 and set(scores["per_kind"]) == {"a", "b"}
     assert scores["per_kind"]["a"]["anchors"] == 24
     for shift, perfect in ((0, True), (1, False), (-1, False)):
@@ -129,8 +133,8 @@ def test_an_oracle_drafter_scores_one_and_the_same_oracle_one_position_off_does_
             overall = score["overall"]
             if perfect:
                 assert set(overall["accuracy"].values()) == set(overall["chain"].values()) == {1.0}
-                assert overall["expected_accepted"] == {"4": 4.0, "8": 8.0}
-                assert overall["tokens_per_round"] == {"4": 5.0, "8": 9.0}
+                assert overall["expected_accepted"] == {"2": 2.0, "4": 4.0, "8": 8.0}
+                assert overall["tokens_per_round"] == {"2": 3.0, "4": 5.0, "8": 9.0}
             totals["anchors"] += overall["anchors"]
             totals["right"] += overall["accuracy"]["1"] * overall["anchors"]
         if not perfect:
@@ -161,8 +165,8 @@ def test_the_command_on_held_out_prompts_caches_them_and_scores_a_train_sample(s
     assert held["generated_tokens"] == 6 + tool.HORIZON and held["dtype"] == "float32"
     dflash, masked = (result["drafters"][str(setup["folders"][k])] for k in ("dflash", "masked"))
     assert dflash["kind"] == "dflash" and dflash["training"]["steps"] == 2 and dflash["training"]["target"] == "ce"
-    assert masked["kind"] == "masked" and masked["trained_positions"] == 4 and masked["blocks"] == [4]
-    for drafter, trained, blocks in ((dflash, 8, [4, 8]), (masked, 4, [4])):
+    assert masked["kind"] == "masked" and masked["trained_positions"] == 4 and masked["blocks"] == [2, 4]
+    for drafter, trained, blocks in ((dflash, 8, [2, 4, 8]), (masked, 4, [2, 4])):
         if drafter["held_out"]["overall"]["anchors"]:
             _check_shape(drafter["held_out"]["overall"], trained, blocks)
         train = drafter["train_sample"]
@@ -187,4 +191,4 @@ def test_the_shipped_dflash_drafter_on_a_few_validation_prompts(tmp_path, monkey
     result = json.loads(capsys.readouterr().out)
     overall = result["drafters"]["smollm2-135m-instruct-dflash"]["held_out"]["overall"]
     assert overall["anchors"] > 0 and result["held_out"]["greedy_agreement"] > 0.9
-    _check_shape(overall, 15, [4, 8, 15])
+    _check_shape(overall, 15, [2, 4, 8, 15])

@@ -41,11 +41,17 @@ Reported per drafter, overall and per prompt kind (the "kind" key of each prompt
 - chain[k]: the share of anchors whose first k predictions are all right (what greedy verification accepts);
 - expected_accepted[B]: drafted tokens accepted per round for a draft of B tokens, sum_{k=1..B} chain_B[k], for
   B = 4, 8, 16 where the drafter allows (DFlash: B <= its trained block_size - 1, as the bench caps it) and its
-  trained B. The engine drafts B tokens from a block of B + 1 inputs (DFlash: [anchor, B masks]) or B masks after
-  the committed tokens (masked), and bidirectional attention makes a position's prediction depend on the block's
-  width, so chain_B comes from a forward of that width, not from the trained block's; tokens_per_round = 1 +
-  expected_accepted (the correction or bonus token). Teacher forcing scores every anchor, whereas decoding only
-  drafts from the anchors where rounds end.
+  trained B. Drafted from a block of B + 1 inputs (DFlash: [anchor, B masks]) or B masks after the committed
+  tokens (masked), bidirectional attention makes a position's prediction depend on the block's width, so chain_B
+  comes from a forward of that width, not from the trained block's; tokens_per_round = 1 + expected_accepted (the
+  correction or bonus token). Teacher forcing scores every anchor, whereas decoding only drafts from the anchors
+  where rounds end.
+- expected_accepted_trained_width[B] (DFlash): the same at the trained width, the first B positions of the trained
+  block's forward (what the engine drafts since issue 51, item 1: [anchor, masks] filled to a trained width).
+
+`--decode`: the DFlash drafters also decode the held-out prompts, greedy, lossless, at B = 2, 4, 8, from a block of
+B + 1 (`at_trained_width=False`, the engine before issue 51) and at the trained width: mean accepted drafted tokens
+per round (`decoded`), batched by `--batch` prompts, `--new-tokens` new tokens each.
 
     PYTHONPATH=. python tools/distill_eval.py --drafter smollm2-135m-instruct-dflash --train-sample 64 \\
         --out FILE
@@ -68,7 +74,8 @@ DATA = ROOT / "specdiff" / "eval" / "tasks" / "data"
 VALIDATION_FILES = (DATA / "real_validation.jsonl", DATA / "spec_validation.jsonl")
 CACHE_DIR = Path.home() / ".cache" / "specdiff" / "distill_eval"
 HORIZON = 16  # the longest draft scored: every anchor has the truth of its next HORIZON positions
-BLOCKS = (4, 8, 16)  # expected_accepted's draft lengths B (and the drafter's trained one)
+BLOCKS = (2, 4, 8, 16)  # expected_accepted's draft lengths B (and the drafter's trained one)
+DECODE_BLOCKS = (2, 4, 8)  # --decode's B
 
 
 # -- conversations --------------------------------------------------------------------------------------------------
@@ -318,6 +325,8 @@ class Tally:
         accepted = {str(b): round(float(counts[b]["chain"].sum() / counts[b]["anchors"]), 4) for b in blocks}
         out["expected_accepted"] = accepted
         out["tokens_per_round"] = {b: round(1 + v, 4) for b, v in accepted.items()}
+        out["expected_accepted_trained_width"] = {str(b): round(float(main["chain"][:b].sum() / n), 4)
+                                                  for b in blocks}
         return out
 
 
@@ -361,6 +370,30 @@ def evaluate(drafters: list[Loaded], verifier_model, conversations, kinds=None, 
     return results, dict(anchors=anchors_total, greedy_agreement=round(agree / max(positions, 1), 4))
 
 
+# -- decoded --------------------------------------------------------------------------------------------------------
+
+def decoded(loaded: Loaded, verifier, tokenizer, conversations, blocks=DECODE_BLOCKS, new_tokens: int = 96,
+            batch: int = 8) -> dict:
+    """{"block B+1" | "trained width": {B: mean accepted drafted tokens per round}}: greedy lossless decoding of the
+    conversations' prompts with a DFlash drafter, at each width rule (module docstring, `--decode`)."""
+    import specdiff as sd
+    from specdiff import models
+
+    drafter = models.load(loaded.folder if Path(loaded.folder).is_absolute() else ROOT / loaded.folder,
+                          role="drafter", verifier=verifier)
+    prompts = [list(p) for p, _ in conversations]
+    out = {}
+    for label, trained in (("block B+1", False), ("trained width", True)):
+        drafter.at_trained_width = trained
+        out[label] = {}
+        for b in blocks:
+            gen = sd.SpeculativeGenerator(drafter, verifier, block_size=b, tokenizer=tokenizer, batch_size=batch)
+            stats = gen.generate(prompts, max_new_tokens=new_tokens).stats
+            accepted, rounds = sum(sum(s.accepted) for s in stats), sum(len(s.accepted) for s in stats)
+            out[label][str(b)] = round(accepted / max(rounds, 1), 4)
+    return out
+
+
 # -- the command ----------------------------------------------------------------------------------------------------
 
 def main(argv=None) -> int:
@@ -378,6 +411,8 @@ def main(argv=None) -> int:
                         help="also score N training conversations (seeded draw from the drafter's training data)")
     parser.add_argument("--data", default=None, help="the distillation data (default data/distill/VERIFIER)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--decode", action="store_true",
+                        help="DFlash drafters also decode the held-out prompts at B = 2, 4, 8, both width rules")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", default=None, help="also write the JSON here")
     args = parser.parse_args(argv)
@@ -400,6 +435,11 @@ def main(argv=None) -> int:
         result["drafters"][drafter.name] = dict(kind=drafter.kind, folder=drafter.folder, training=drafter.training,
                                                 trained_positions=drafter.trained, blocks=drafter.blocks,
                                                 held_out=score)
+    if args.decode:
+        for drafter in loaded:
+            if drafter.kind == "dflash":
+                result["drafters"][drafter.name]["decoded"] = decoded(drafter, verifier, tokenizer, conversations,
+                                                                      new_tokens=args.new_tokens, batch=args.batch)
     if args.train_sample:
         data_dir = Path(args.data or ROOT / "data" / "distill" / args.verifier)
         for drafter in loaded:  # each on the conversations it was trained on

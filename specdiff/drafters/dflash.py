@@ -22,6 +22,13 @@ also get the projected verifier state of the token just before the anchor (the c
 to it), so every block position sees the verifier's latest state directly rather than having to find it by
 attention; the drafter keeps that state per row (`start`, `commit`, `select`).
 
+Width (issue 51, item 1): attention inside the block is bidirectional, so every slot's output depends on how many
+slots the block has. A drafter runs at a width it was trained at: a draft of B tokens is the first B of a block
+[anchor, W - 1 masks] with W the smallest trained width >= B + 1 (the slots past B are masks whose outputs are
+dropped; a block wider than any trained width runs at B + 1). The trained widths are the config's
+`specdiff_trained_widths` (the anchor included), else its `block_size`. `at_trained_width=False` drafts from
+[anchor, B masks] as before (the ablation's "before" row).
+
 Lean forward (`specdiff.drafters.dflash_lean`): for the plain architecture (full attention, default rope, SiLU,
 SDPA) the model call is the same arithmetic in plain torch ops, with its own key/value storage (`LeanCache`):
 the HF stack's per-module overhead was most of a proposal. Any other model keeps the transformers call.
@@ -53,7 +60,8 @@ class DFlashDrafter(Drafter):
     exact_marginal = True
 
     def __init__(self, model, target, temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0,
-                 mask_token_id: int | None = None, draft_to_target: torch.Tensor | None = None):
+                 mask_token_id: int | None = None, draft_to_target: torch.Tensor | None = None,
+                 at_trained_width: bool = True):
         check_sampling(temperature, top_p, top_k, "DFlashDrafter")
         target = getattr(target, "model", target) if not hasattr(target, "get_output_embeddings") else target
         config = model.config
@@ -71,6 +79,9 @@ class DFlashDrafter(Drafter):
             raise ValueError(f"mask_token_id {self.mask_token_id} is outside the verifier's embedding table")
         self.verifier_hidden_layers = tuple(int(i) + 1 for i in config.target_layer_ids)
         self.trained_block_size = int(config.block_size) - 1  # DFlash's block counts the anchor
+        widths = getattr(config, "specdiff_trained_widths", None) or [int(config.block_size)]
+        self.trained_widths = sorted({int(w) for w in widths})  # block widths trained at, the anchor included
+        self.at_trained_width = bool(at_trained_width)
         self.cache = self.cache_mask = self.pending = self.pending_mask = self.last_state = None
         self.anchor_state = bool(getattr(config, "specdiff_anchor_state", False))
         self.lean = lean_weights(model)  # None: a model the lean forward does not know, run by transformers
@@ -139,13 +150,20 @@ class DFlashDrafter(Drafter):
         ids_of = self.draft_to_target.tolist()
         return Tree([ids_of[t] for t in tree.tokens], tree.parents)
 
+    def width(self, block_size: int) -> int:
+        """The block's width W (anchor included) for a draft of block_size tokens (module docstring, "Width")."""
+        if not self.at_trained_width:
+            return block_size + 1
+        return next((w for w in self.trained_widths if w >= block_size + 1), block_size + 1)
+
     def _block_logits(self, ids: torch.Tensor, block_size: int) -> torch.Tensor:
-        """One step over [anchor, B masks] on the cached context: the block's logits [b, B, V or V_d]."""
+        """One step over [anchor, W - 1 masks] on the cached context: the first B slots' logits [b, B, V or V_d]."""
         if self.cache is None:
             raise ValueError("DFlashDrafter.propose before start: it needs the verifier's hidden states")
         batch, device = ids.shape[0], ids.device
-        masks = torch.full((batch, block_size), self.mask_token_id, dtype=ids.dtype, device=device)
-        noise = self.target.get_input_embeddings()(torch.cat([ids[:, -1:], masks], dim=1))  # [b, B + 1, H]
+        slots = self.width(block_size) - 1  # W - 1 mask slots run; the first B are kept
+        masks = torch.full((batch, slots), self.mask_token_id, dtype=ids.dtype, device=device)
+        noise = self.target.get_input_embeddings()(torch.cat([ids[:, -1:], masks], dim=1))  # [b, W, H]
         dtype, pending = self.model.dtype, self.pending.shape[1]
         if self.lean is not None:  # the pending states and (anchor state) the anchor's predecessor: one fc product
             extra = [self.last_state[:, None].to(self.pending.dtype)] if self.anchor_state else []
@@ -155,23 +173,23 @@ class DFlashDrafter(Drafter):
             anchor = self.model.encoder(self.last_state.to(dtype))[:, None] if self.anchor_state else None  # [b, 1, H]
         if self.anchor_state:
             noise = noise + anchor.to(noise.dtype)
-        block_mask = torch.ones(batch, block_size + 1, dtype=torch.bool, device=device)
-        full_mask = torch.cat([self.cache_mask, self.pending_mask, block_mask], dim=1)  # [b, C + T + B + 1]
-        positions = position_ids(full_mask)[:, -(pending + block_size + 1):]  # [b, T + B + 1]
+        block_mask = torch.ones(batch, slots + 1, dtype=torch.bool, device=device)
+        full_mask = torch.cat([self.cache_mask, self.pending_mask, block_mask], dim=1)  # [b, C + T + W]
+        positions = position_ids(full_mask)[:, -(pending + slots + 1):]  # [b, T + W]
         if self.lean is not None:
             states = lean_block_states(self.lean, self.cache, noise.to(dtype), context, positions,
-                                       full_mask)  # [b, B + 1, H]
+                                       full_mask)  # [b, W, H]
         else:
-            attend = full_mask[:, None, None, :].expand(batch, 1, block_size + 1, full_mask.shape[1])
+            attend = full_mask[:, None, None, :].expand(batch, 1, slots + 1, full_mask.shape[1])
             types = set(getattr(self.model.config, "layer_types", None) or ["full_attention"])
             states = self.model(noise_embeds=noise.to(dtype), context_hidden_states=self.pending.to(dtype),
                                 position_ids=positions, attention_mask={t: attend for t in types},
-                                cache=self.cache).last_hidden_state  # [b, B + 1, H]
-        self.cache.crop(-(block_size + 1))  # the block's keys and values: never kept
-        self.cache_mask = keep_columns(self.cache, full_mask[:, : -(block_size + 1)])
+                                cache=self.cache).last_hidden_state  # [b, W, H]
+        self.cache.crop(-(slots + 1))  # the block's keys and values: never kept
+        self.cache_mask = keep_columns(self.cache, full_mask[:, : -(slots + 1)])
         self.pending, self.pending_mask = self.pending[:, :0], self.pending_mask[:, :0]
         head = self.target.get_output_embeddings()
-        states = states[:, 1:].to(head.weight.dtype)  # [b, B, H]
+        states = states[:, 1:block_size + 1].to(head.weight.dtype)  # [b, B, H]: the slots past B are dropped
         weight = head.weight if self.head_weight is None else self.head_weight  # [V or V_d, H]
         # as rows [b * B, H]: a 3-D product without bias goes through bmm on the CPU, which copies the transposed
         # weight every round (about 8 of a 15 ms proposal, profiled at 1 thread)
@@ -212,7 +230,7 @@ class DFlashKind(KindSpec):
 
     name, zoo_model, distilled_role, priority = "dflash", "dflash-drafter", "distilled-dflash", 30
     describes = "DFlash draft models (config with target_layer_ids and block_size)"
-    option_keys = ("mask_token_id",)
+    option_keys = ("mask_token_id", "at_trained_width")
     needs_target = True
     demo_rows = (dict(), dict(block_size=16), dict(rule="linear", leniency=0.2))
     bench_controllers = ("confidence:floor=0.3", "confidence:floor=0.5", "acceptance:margin=2",

@@ -18,8 +18,16 @@ from specdiff.training.objectives.soft import TARGETS, soft_loss
 from zoo.test_distill_train import _verifier  # the tiny verifier the distillation tests share
 
 # The step loss of each kind at step 0 with the generator seeded 7, on the fixture below, recorded with the code
-# before soft targets existed (commit ca04b72, float32 verifier): `ce` must give it unchanged.
+# before soft targets existed (commit ca04b72, float32 verifier, an AVX2 CPU): `ce` must give it unchanged, up to
+# what the CPU's kernels change. Measured across kernels (issue 54): the masked drafter's initial projection is an
+# SVD of the verifier's embedding rows, and LAPACK's kernel choice rotates it inside near-equal singular values:
+# 6.252132 (AVX2, AMD EPYC; also MKL_ENABLE_INSTRUCTIONS=SSE4_2), 6.251392 (ATEN_CPU_CAPABILITY=default on the
+# EPYC; the Xeon with AMX by default and with ONEDNN_MAX_CPU_ISA=AVX512_CORE), 6.258624 (MKL_CBWR=COMPATIBLE,
+# EPYC), 6.244464 (the Xeon with ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2): at most 1.23e-3 relative.
+# dflash and ar moved at most 1.5e-7 relative under the same variations. Tolerances: 3e-3 for masked (2.4x the
+# spread; an ar_weight of 0.99 instead of 1 moves it 6e-3) and 1e-5 for the others.
 OLD = {"dflash": 5.572172164916992, "ar": 6.567073822021484, "masked": 6.252132415771484}
+OLD_REL = {"dflash": 1e-5, "ar": 1e-5, "masked": 3e-3}
 OPTIONS = {"dflash": dict(batch=2, anchors=3, block=4, intermediate=48), "ar": dict(batch=2, ar_layers=(0,)),
            "masked": dict(batch=2, block=4, hidden=16, layers=1, heads=2, kv_heads=1, intermediate=32, positions=8)}
 DRAFT_SIZE = 20
@@ -220,7 +228,7 @@ def test_ce_is_todays_loss_bit_for_bit(setup, kind):
         loss = step_loss(0, torch.Generator().manual_seed(7))
         direct = _direct(setup, kind, model, target, conversations, settings, d2t, torch.Generator().manual_seed(7))
     assert torch.equal(loss, direct)
-    assert loss.item() == pytest.approx(OLD[kind], rel=1e-6)  # recorded before soft targets
+    assert loss.item() == pytest.approx(OLD[kind], rel=OLD_REL[kind])  # recorded before soft targets (see OLD)
 
 
 @pytest.mark.parametrize("kind", ["dflash", "ar", "masked"])
