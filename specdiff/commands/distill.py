@@ -38,6 +38,9 @@ def register(subparsers) -> None:
                               "0.9 TV(p, q) (DSpark's); p is read from the verifier's last hidden state and log-normaliser, "
                               "cached per data shard on first use (default ce; a resumed run keeps its own)")
     distill.add_argument("--seed", type=int, default=0)
+    distill.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="settings",
+                         help="a recipe setting (its value as JSON, else a string), e.g. anchors=64, lr=6e-4, "
+                              "widths=[2,4,8]; repeatable. The kinds' settings: specdiff.training.distill.RECIPES")
     distill.add_argument("--json", action="store_true", help="print the training summary as JSON")
     sub = distill.add_subparsers(dest="distill_command", metavar="DISTILL_COMMAND")
     distill.set_defaults(handler=run_train)
@@ -101,9 +104,27 @@ def run_train(args) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     data = args.data or f"data/distill/{args.verifier}"
+    settings = _recipe_settings(args.kind, args.settings)
     summary = train(args.kind, args.verifier, data, args.out, steps=args.steps,
                     draft_size=args.draft_vocab or DRAFT_SIZE, seed=args.seed, show_progress=not args.json,
-                    shards=args.shards, dtype=args.dtype, target=args.target_loss)
+                    shards=args.shards, dtype=args.dtype, target=args.target_loss, **settings)
     summary["out"] = args.out
     print(json.dumps(summary) if args.json else "  ".join(f"{k}: {v}" for k, v in summary.items()))
     return 0
+
+
+def _recipe_settings(kind: str, pairs: list[str]) -> dict:
+    """--set KEY=VALUE pairs -> recipe settings; a key the kind's recipe does not have is refused, naming them."""
+    from specdiff.training.distill import RECIPES
+
+    known, out = RECIPES[kind].defaults, {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or key not in known:
+            raise ValueError(f"--set {pair!r}: expected KEY=VALUE with KEY one of the {kind} recipe's settings: "
+                             f"{', '.join(sorted(known))}")
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key] = value
+    return out

@@ -29,6 +29,15 @@ dropped; a block wider than any trained width runs at B + 1). The trained widths
 `specdiff_trained_widths` (the anchor included), else its `block_size`. `at_trained_width=False` drafts from
 [anchor, B masks] as before (the ablation's "before" row).
 
+Reading the anchor (DSpark's `sample_from_anchor`, config `sample_from_anchor`): the anchor slot's output predicts
+the token after the anchor, slot k the one k after it, so a draft of B reads slots 0..B - 1 of a block of width
+>= B; without it (DFlash) slot 0 predicts nothing and a draft of B reads slots 1..B of a block of width >= B + 1.
+
+Markov head (DSpark; config `markov_rank` r > 0): a low-rank bias on the draft vocabulary from the token before
+each drafted position, logits_k += markov_w1[row(x_{k-1})] @ markov_w2 with markov_w1 [V_d + 1, r] (the last row
+for a previous token outside the draft vocabulary) and markov_w2 [r, V_d]; x_0 is the anchor, x_{k-1} for k > 1
+the token drafted at k - 1, so the draft is chosen position by position (`markov_bias`).
+
 Lean forward (`specdiff.drafters.dflash_lean`): for the plain architecture (full attention, default rope, SiLU,
 SDPA) the model call is the same arithmetic in plain torch ops, with its own key/value storage (`LeanCache`):
 the HF stack's per-module overhead was most of a proposal. Any other model keeps the transformers call.
@@ -82,6 +91,8 @@ class DFlashDrafter(Drafter):
         widths = getattr(config, "specdiff_trained_widths", None) or [int(config.block_size)]
         self.trained_widths = sorted({int(w) for w in widths})  # block widths trained at, the anchor included
         self.at_trained_width = bool(at_trained_width)
+        self.read_anchor = bool(getattr(config, "sample_from_anchor", False))  # DSpark: slot 0 predicts a + 1
+        self.markov = getattr(model, "markov_w1", None) is not None  # DSpark's Markov head (module docstring)
         self.cache = self.cache_mask = self.pending = self.pending_mask = self.last_state = None
         self.anchor_state = bool(getattr(config, "specdiff_anchor_state", False))
         self.lean = lean_weights(model)  # None: a model the lean forward does not know, run by transformers
@@ -94,6 +105,11 @@ class DFlashDrafter(Drafter):
             self.head_weight = head.detach()[self.draft_to_target]  # [V_d, H]: the draft vocabulary's rows
         else:
             self.head_weight = None
+        if self.markov:  # verifier id -> row of markov_w1 (the last row: outside the draft vocabulary)
+            rows = model.markov_w1.shape[0] - 1
+            self.markov_row = torch.full((int(head.shape[0]),), rows, dtype=torch.long, device=head.device)
+            self.markov_row[self.draft_to_target if draft_to_target is not None else torch.arange(rows)] = \
+                torch.arange(rows, device=head.device)
 
     @property
     def model_vocab_size(self) -> int:
@@ -125,6 +141,8 @@ class DFlashDrafter(Drafter):
         """ids [b, L] committed tokens, left-padded. Returns Draft(tokens [b, B], probs [b, B, V])."""
         batch = ids.shape[0]
         logits = self._block_logits(ids, block_size)  # [b, B, V or V_d]
+        if self.markov:
+            return self._propose_markov(ids, logits, generator)
         logits32 = logits.float()  # [b, B, V or V_d]
         confidence = torch.exp(logits32.amax(-1) - torch.logsumexp(logits32, -1))  # [b, B]: max softmax, unformed
         if self.point_mass:  # greedy: the argmax row, no distribution over the verifier's vocabulary formed
@@ -136,6 +154,26 @@ class DFlashDrafter(Drafter):
         probs = sampling_probs(self.trim(logits), self.temperature, self.top_p, self.top_k)  # [b, B, V]
         tokens = torch.multinomial(probs.view(-1, probs.shape[-1]), 1, generator=generator).view(batch, block_size)
         return Draft(tokens=tokens, probs=probs, confidence=confidence)
+
+    def _propose_markov(self, ids: torch.Tensor, logits: torch.Tensor, generator) -> Draft:
+        """Position by position: the Markov bias from the token before (the anchor, then each drafted token)."""
+        batch, block_size = logits.shape[:2]
+        previous = ids[:, -1]  # [b]: the anchor
+        tokens, probs, confidence = [], [], []
+        for k in range(block_size):
+            row = logits[:, k] + markov_bias(self.model, self.markov_row[previous]).to(logits.dtype)  # [b, V or V_d]
+            row32 = row.float()
+            confidence.append(torch.exp(row32.amax(-1) - torch.logsumexp(row32, -1)))
+            if self.point_mass:
+                previous = (self.trim(row).argmax(-1) if self.draft_to_target is None
+                            else self.draft_to_target[row.argmax(-1)])
+            else:
+                law = sampling_probs(self.trim(row), self.temperature, self.top_p, self.top_k)  # [b, V]
+                previous = torch.multinomial(law, 1, generator=generator)[:, 0]
+                probs.append(law)
+            tokens.append(previous)
+        return Draft(tokens=torch.stack(tokens, 1), probs=torch.stack(probs, 1) if probs else None,
+                     confidence=torch.stack(confidence, 1))
 
     @torch.inference_mode()
     def propose_tree(self, ids: torch.Tensor, depth: int, budget: int):
@@ -152,9 +190,10 @@ class DFlashDrafter(Drafter):
 
     def width(self, block_size: int) -> int:
         """The block's width W (anchor included) for a draft of block_size tokens (module docstring, "Width")."""
+        needed = block_size + (0 if self.read_anchor else 1)  # slots the draft reads, the anchor's included
         if not self.at_trained_width:
-            return block_size + 1
-        return next((w for w in self.trained_widths if w >= block_size + 1), block_size + 1)
+            return needed
+        return next((w for w in self.trained_widths if w >= needed), needed)
 
     def _block_logits(self, ids: torch.Tensor, block_size: int) -> torch.Tensor:
         """One step over [anchor, W - 1 masks] on the cached context: the first B slots' logits [b, B, V or V_d]."""
@@ -189,7 +228,8 @@ class DFlashDrafter(Drafter):
         self.cache_mask = keep_columns(self.cache, full_mask[:, : -(slots + 1)])
         self.pending, self.pending_mask = self.pending[:, :0], self.pending_mask[:, :0]
         head = self.target.get_output_embeddings()
-        states = states[:, 1:block_size + 1].to(head.weight.dtype)  # [b, B, H]: the slots past B are dropped
+        first = 0 if self.read_anchor else 1  # the slot that predicts the token after the anchor
+        states = states[:, first:first + block_size].to(head.weight.dtype)  # [b, B, H]: slots past B are dropped
         weight = head.weight if self.head_weight is None else self.head_weight  # [V or V_d, H]
         # as rows [b * B, H]: a 3-D product without bias goes through bmm on the CPU, which copies the transposed
         # weight every round (about 8 of a 15 ms proposal, profiled at 1 thread)
@@ -219,6 +259,20 @@ class DFlashDrafter(Drafter):
         self.cache_mask = keep_columns(self.cache, self.cache_mask[rows])
         self.pending, self.pending_mask = self.pending[rows], self.pending_mask[rows]
         self.last_state = self.last_state[rows]
+
+
+def markov_bias(model, rows: torch.Tensor) -> torch.Tensor:
+    """DSpark's Markov head (module docstring): rows [...] of markov_w1 (the previous tokens' draft rows, V_d for
+    one outside the draft vocabulary) -> the bias [..., V_d] on the next position's draft-vocabulary logits."""
+    return model.markov_w1[rows] @ model.markov_w2
+
+
+def add_markov_head(model, rank: int, draft_size: int) -> None:
+    """markov_w1 [V_d + 1, r] (zeros: the head starts as no bias) and markov_w2 [r, V_d] (small random) on `model`,
+    saved and loaded with its weights under those names."""
+    dtype = next(model.parameters()).dtype
+    model.markov_w1 = torch.nn.Parameter(torch.zeros(draft_size + 1, rank, dtype=dtype))
+    model.markov_w2 = torch.nn.Parameter(torch.randn(rank, draft_size, dtype=dtype) * rank ** -0.5)
 
 
 class DFlashKind(KindSpec):
@@ -261,7 +315,11 @@ class DFlashKind(KindSpec):
     def distilled_model(self, model_config, weights, target, draft_to_target):
         import transformers
 
-        return transformers.MuseGlimmerAssistantModel(model_config), set()
+        model = transformers.MuseGlimmerAssistantModel(model_config)
+        rank = int(getattr(model_config, "markov_rank", 0) or 0)
+        if rank:
+            add_markov_head(model, rank, int(weights["markov_w2"].shape[1]))
+        return model, set()
 
 
 register(DFlashKind())

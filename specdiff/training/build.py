@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from specdiff.drafters.dflash import add_markov_head
 from specdiff.zoo import configs
 
 TARGET_LAYERS = 5  # DFlash reads this many verifier layers, spread evenly: 1, 8, 15, 22, 29 of SmolLM2's 30
@@ -90,12 +91,19 @@ def _dflash(target, settings: dict, d2t, mask_token_id: int):
         hidden_size=tc.hidden_size, intermediate_size=settings["intermediate"],
         num_hidden_layers=settings["layers"], num_attention_heads=tc.num_attention_heads,
         num_key_value_heads=tc.num_key_value_heads, head_dim=tc.hidden_size // tc.num_attention_heads,
-        target_layer_ids=target_layers(tc.num_hidden_layers), block_size=settings["block"],
+        target_layer_ids=target_layers(tc.num_hidden_layers, settings.get("features", "outputs")),
+        block_size=max([settings["block"], *(settings.get("widths") or [])]),
         mask_token_id=mask_token_id, rms_norm_eps=tc.rms_norm_eps, max_position_embeddings=tc.max_position_embeddings,
         rope_parameters=dict(tc.rope_parameters), layer_types=["full_attention"] * settings["layers"],
         bos_token_id=tc.bos_token_id, eos_token_id=tc.eos_token_id, pad_token_id=tc.pad_token_id)
     config.specdiff_anchor_state = bool(settings.get("anchor_state", False))
+    config.sample_from_anchor = bool(settings.get("read_anchor", False))  # DSpark: the anchor's slot predicts a + 1
+    config.markov_rank = int(settings.get("markov_rank", 0) or 0)
+    if settings.get("widths"):  # trained at several block widths (`specdiff.drafters.dflash`, "Width")
+        config.specdiff_trained_widths = sorted({int(w) for w in settings["widths"]})
     model = transformers.MuseGlimmerAssistantModel(config)
+    if config.markov_rank:
+        add_markov_head(model, config.markov_rank, len(d2t))
     if not settings.get("init_from_verifier", True):
         return model.float()
     with torch.no_grad():
@@ -127,9 +135,13 @@ def _ar(target, settings: dict, d2t, mask_token_id: int):
     return model.float()
 
 
-def target_layers(depth: int) -> list[int]:
-    """TARGET_LAYERS layer indices of a `depth`-layer verifier, evenly spread from 1 to the last."""
-    return sorted({int(round(x)) for x in np.linspace(min(1, depth - 1), depth - 1, TARGET_LAYERS)})
+def target_layers(depth: int, features: str = "outputs") -> list[int]:
+    """TARGET_LAYERS layer indices of a `depth`-layer verifier, evenly spread from 1. features "outputs": to the
+    last layer, whose output (`hidden_states[depth]`) is the final-normed one; "inputs": to the last layer's input
+    (`hidden_states[depth - 1]`), so that every feature is a decoder layer's input, as z-lab's DFlash and
+    llama.cpp's graph read them."""
+    last = depth - 1 if features == "outputs" else depth - 2
+    return sorted({int(round(x)) for x in np.linspace(min(1, last), last, TARGET_LAYERS)})
 
 
 def _masked(target, settings: dict, d2t, mask_token_id: int):

@@ -160,10 +160,13 @@ def _dflash_loss(model, target, conversations, settings, d2t, data_dir, out, sho
     tables = dict(embeddings=target.get_input_embeddings().weight.float(),  # the drafter trains in float32
                   head=target.get_output_embeddings().weight[torch.as_tensor(d2t)].float(), to_draft=to_draft)
 
+    widths = sorted(settings.get("widths") or [settings["block"]])  # one width per step, drawn with the generator
+
     def step_loss(step: int, generator: torch.Generator) -> torch.Tensor:
         picks, chosen = _pick(conversations, settings, generator)
+        block = widths[int(torch.randint(len(widths), (1,), generator=generator))] if len(widths) > 1 else widths[0]
         batch = dict(conversations=chosen, context=data.padded_states([states[i] for i in picks]), **tables,
-                     block=settings["block"], anchors=settings["anchors"], gamma=settings["gamma"], **soft(picks))
+                     block=block, anchors=settings["anchors"], gamma=settings["gamma"], **soft(picks))
         return OBJECTIVES["dflash"](model, batch, generator)
 
     return step_loss
@@ -201,7 +204,8 @@ def _masked_loss(model, target, conversations, settings, d2t, data_dir, out, sho
 
 RECIPES = {
     "dflash": Recipe(dict(steps=4500, batch=4, anchors=16, lr=2e-3, block=16, gamma=4.0, layers=1, intermediate=1536,
-                          anchor_state=True, target="ce"), _dflash_loss, draft_vocab=True, names_class=False),
+                          anchor_state=True, target="ce", read_anchor=False, markov_rank=0, widths=None,
+                          features="outputs"), _dflash_loss, draft_vocab=True, names_class=False),
     "ar": Recipe(dict(steps=400, batch=8, lr=1e-3, ar_layers=(0,), positions=64, target="ce"), _ar_loss),
     "masked": Recipe(dict(steps=3000, batch=16, lr=2e-3, block=16, hidden=192, layers=2, heads=3, kv_heads=1,
                           intermediate=640, ar_weight=1.0, positions=64, all_masked=0.25,

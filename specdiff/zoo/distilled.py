@@ -103,6 +103,7 @@ def build(path: Path, target, target_name: str | None = None):
     settings = {k: v for k, v in config.items() if not k.startswith("specdiff_") and k != "model_type"}
     model_config = transformers.AutoConfig.for_model(config["model_type"], **settings)
     model_config.specdiff_anchor_state = bool(config.get("specdiff_anchor_state", False))  # read by DFlashDrafter
+    model_config.specdiff_trained_widths = config.get("specdiff_trained_widths")  # None: its block_size alone
     vocab_file = Path(path) / "draft_vocab.json"
     d2t = torch.tensor(json.loads(vocab_file.read_text())["draft_to_target"]) if vocab_file.is_file() else None
     model, shared = spec.distilled_model(model_config, weights, target, d2t)  # the verifier's shared weights set

@@ -129,38 +129,56 @@ def test_a_drafter_trained_for_another_verifier_is_refused_naming_both(setup):
         distill_train.train("dflash", setup["verifier"], setup["data"], out, steps=1, show_progress=False)
 
 
-def test_the_loaded_dflash_drafter_proposes_what_training_predicted(setup):
+DSPARK = dict(anchor_state=False, read_anchor=True, markov_rank=4, widths=[3, 5], features="inputs")
+
+
+@pytest.mark.parametrize("variant", ["dflash", "dspark"])
+def test_the_loaded_dflash_drafter_proposes_what_training_predicted(setup, variant):
     """The drafter at inference (engine hidden states, KV cache, anchor state, draft vocabulary) computes what the
-    training loss saw: the greedy draft after an anchor equals the argmax of the training forward there."""
+    training loss saw: the greedy draft after an anchor equals the argmax of the training forward there. dspark:
+    the anchor's slot predicts (`sample_from_anchor`), DSpark's Markov head, two trained widths, layer-input
+    features; the Markov head reads the previous token, so the training forward is given the draft itself as the
+    conversation's continuation (teacher-forced on its own choices, it must choose them again)."""
     from specdiff import models
     from specdiff.training.objectives.dflash import dflash_logits
     from specdiff.zoo_tools.distill_data import load_shards
 
-    out = setup["root"] / "teacher-forced"
-    settings = dict(batch=2, anchors=1, block=5, intermediate=48, gamma=4.0, lr=1e-2)
+    out = setup["root"] / f"teacher-forced-{variant}"
+    settings = dict(batch=2, anchors=1, block=5, intermediate=48, gamma=4.0, lr=1e-2,
+                    **(DSPARK if variant == "dspark" else {}))
     distill_train.train("dflash", setup["verifier"], setup["data"], out, steps=6, draft_size=24,
                         show_progress=False, dtype="float32", **settings)  # float32 on any CPU: compared exactly
     verifier = models.load(setup["verifier"], temperature=0.0, dtype="float32")
     drafter = models.load(str(out), role="drafter", verifier=verifier)
-    assert drafter.anchor_state and drafter.model.config.specdiff_anchor_state
+    if variant == "dspark":
+        assert drafter.read_anchor and drafter.markov and not drafter.anchor_state
+        assert drafter.trained_widths == [3, 5] and drafter.width(2) == 3 and drafter.width(4) == 5
+        assert max(drafter.model.config.target_layer_ids) < verifier.model.config.num_hidden_layers - 1
+    else:
+        assert drafter.anchor_state and drafter.model.config.specdiff_anchor_state
     prompt, response = load_shards(setup["data"])[0]
     ids = torch.tensor([prompt + response])
     anchor = len(prompt) + 1
+    prefix = ids[:, :anchor + 1]
     with torch.no_grad():
         states = verifier.model(input_ids=ids, output_hidden_states=True).hidden_states
         context = torch.cat([states[i] for i in drafter.verifier_hidden_layers], dim=-1)  # [1, L, W]
-        head = verifier.model.get_output_embeddings().weight[drafter.draft_to_target]
-        to_draft = torch.full((verifier.vocab_size,), -100)
-        to_draft[drafter.draft_to_target] = torch.arange(len(drafter.draft_to_target))
-        batch = dict(conversations=[(prompt, response)], context=context, head=head, to_draft=to_draft,
+    keys = torch.ones_like(prefix, dtype=torch.bool)
+    drafter.start(prefix, keys, verifier_hidden=context[:, :anchor])
+    drafted = drafter.propose(prefix, keys, 4).tokens[0].tolist()
+    conversation = (prompt, response)
+    if variant == "dspark":
+        conversation = (prompt, prefix[0, len(prompt):].tolist() + drafted)
+    head = verifier.model.get_output_embeddings().weight[drafter.draft_to_target]
+    to_draft = torch.full((verifier.vocab_size,), -100)
+    to_draft[drafter.draft_to_target] = torch.arange(len(drafter.draft_to_target))
+    with torch.no_grad():
+        batch = dict(conversations=[conversation], context=context, head=head, to_draft=to_draft,
                      embeddings=verifier.model.get_input_embeddings().weight, block=settings["block"], anchors=1,
                      gamma=settings["gamma"], anchors_at=[[anchor]])
         logits, _ = dflash_logits(drafter.model, batch)
-    trained = drafter.draft_to_target[logits[0, 0].argmax(-1)].tolist()  # [B]
-    prefix = ids[:, :anchor + 1]
-    keys = torch.ones_like(prefix, dtype=torch.bool)
-    drafter.start(prefix, keys, verifier_hidden=context[:, :anchor])
-    assert drafter.propose(prefix, keys, 4).tokens[0].tolist() == trained
+    trained = drafter.draft_to_target[logits[0, 0].argmax(-1)].tolist()[:4]  # [B]
+    assert drafted == trained
 
 
 def test_the_loaded_masked_drafter_proposes_what_training_predicted(setup):

@@ -6,6 +6,10 @@ every block input. Per block, DFlash's position weighting (k = 1..B - 1):
 
     L = sum_k w_k CE(logits_k, x_{a+k}) / sum_k w_k,   w_k = exp(-(k - 1) / gamma)   (gamma = inf: the mean)
 
+DSpark's changes, by the drafter's config (`specdiff.drafters.dflash`): `sample_from_anchor` (block position 0, the
+anchor's slot, predicts a + 1 and position k predicts a + k + 1: a block of W yields W predictions, not W - 1) and
+`markov_rank` (the Markov head's bias from the true previous token, teacher-forced: the anchor for the first).
+
 batch: `conversations` [(prompt ids, response ids)] * b, `context` [b, W, H_c] the verifier's hidden states at the
 drafter's `target_layer_ids`, `embeddings` [V, H] and `head` [V_d, H] (the verifier's frozen input table and the
 draft vocabulary's rows of its LM head), `to_draft` [V] (-100 outside the draft vocabulary), `block`, `anchors`
@@ -20,6 +24,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from specdiff.drafters.dflash import markov_bias
 from specdiff.training.objectives.soft import soft_loss
 
 
@@ -27,9 +32,10 @@ def dflash(model, batch: dict, generator: torch.Generator | None = None) -> torc
     """The module docstring's weighted cross-entropy (or the soft target's loss on the same positions)."""
     logits, targets, starts, inside = _block_logits(model, batch, generator)  # [b, A, B - 1, V_d], [b, A, B - 1],
     # [b, A], [b, A, B - 1]
-    weights = torch.exp(-torch.arange(batch["block"] - 1, dtype=torch.float) / batch["gamma"]).expand_as(targets)
+    outputs = targets.shape[-1]  # predictions per block: B - 1, or B when the anchor's slot predicts
+    weights = torch.exp(-torch.arange(outputs, dtype=torch.float) / batch["gamma"]).expand_as(targets)
     if batch.get("target", "ce") != "ce":
-        columns = (starts[:, :, None] + torch.arange(batch["block"] - 1)).expand_as(targets)  # [b, A, B - 1]
+        columns = (starts[:, :, None] + torch.arange(outputs)).expand_as(targets)  # [b, A, outputs]
         rows = torch.arange(len(targets))[:, None, None].expand_as(targets)  # [b, A, B - 1]
         return soft_loss(logits[inside], batch["teacher"](rows[inside], columns[inside]), batch["target"],
                          targets[inside], weights[inside])
@@ -39,7 +45,8 @@ def dflash(model, batch: dict, generator: torch.Generator | None = None) -> torc
 
 
 def dflash_logits(model, batch: dict, generator: torch.Generator | None = None):
-    """(logits [b, A, B - 1, V_d], targets [b, A, B - 1] draft-vocabulary rows, -100 where none)."""
+    """(logits [b, A, outputs, V_d], targets [b, A, outputs] draft-vocabulary rows, -100 where none); outputs =
+    B - 1, or B with `sample_from_anchor`."""
     return _block_logits(model, batch, generator)[:2]
 
 
@@ -57,7 +64,7 @@ def _block_logits(model, batch: dict, generator: torch.Generator | None = None):
     if batch.get("anchors_at") is not None:
         starts = torch.as_tensor(batch["anchors_at"]).view(n, anchors)
     positions = starts[:, :, None] + torch.arange(block)  # [b, A, block]
-    ids = torch.stack([F.pad(r, (0, width + block - len(r)), value=-1) for r in rows])  # [b, W + block]
+    ids = torch.stack([F.pad(r, (0, width + block + 1 - len(r)), value=-1) for r in rows])  # [b, W + block + 1]
     gathered = ids.gather(1, positions.flatten(1)).view(n, anchors, block)  # [b, A, block], -1 beyond the end
     noise_ids = torch.full_like(gathered, model.config.mask_token_id)
     noise_ids[:, :, 0] = gathered[:, :, 0]
@@ -74,8 +81,16 @@ def _block_logits(model, batch: dict, generator: torch.Generator | None = None):
     position_ids = torch.cat([columns.expand(n, width), positions.flatten(1)], dim=1)
     out = model(noise_embeds=noise, context_hidden_states=context, position_ids=position_ids,
                 attention_mask={t: attend for t in set(model.config.layer_types)})
-    states = out.last_hidden_state.view(n, anchors, block, -1)[:, :, 1:]  # [b, A, B - 1, H]
-    targets = gathered[:, :, 1:]
-    inside = targets >= 0  # [b, A, B - 1]
+    states = out.last_hidden_state.view(n, anchors, block, -1)  # [b, A, block, H]
+    if getattr(model.config, "sample_from_anchor", False):  # slot k predicts a + k + 1
+        following = ids.gather(1, (positions + 1).flatten(1)).view(n, anchors, block)  # [b, A, block]
+        targets, previous = following, torch.cat([gathered[:, :, :1], following[:, :, :-1]], dim=2)
+    else:  # slot k >= 1 predicts a + k
+        states, targets, previous = states[:, :, 1:], gathered[:, :, 1:], gathered[:, :, :-1]  # [b, A, B - 1, ...]
+    inside = targets >= 0  # [b, A, outputs]
     targets = torch.where(inside, batch["to_draft"][targets.clamp(min=0)], -100)  # out of vocabulary: no loss
-    return states @ batch["head"].T, targets, starts, inside
+    logits = states @ batch["head"].T  # [b, A, outputs, V_d]
+    if getattr(model, "markov_w1", None) is not None:  # DSpark's bias from the true previous token
+        rows = batch["to_draft"][previous.clamp(min=0)]  # [b, A, outputs], -100 outside the draft vocabulary
+        logits = logits + markov_bias(model, torch.where(rows >= 0, rows, model.markov_w1.shape[0] - 1))
+    return logits, targets, starts, inside
