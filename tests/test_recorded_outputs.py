@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.numerics  # kernel-dependent: run again under other kernels (scripts/numerics_kernels.sh)
+
 TOOL = Path(__file__).resolve().parents[1] / "tools" / "record_outputs.py"
 
 

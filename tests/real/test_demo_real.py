@@ -6,6 +6,8 @@ import pytest
 
 from real.test_real_verifier import smollm2  # noqa: F401  (the fixture: skips, or fails under CI, when not fetched)
 
+pytestmark = pytest.mark.numerics  # kernel-dependent: run again under other kernels (scripts/numerics_kernels.sh)
+
 
 def test_the_committed_tuning_was_chosen_on_validation_for_the_demos_rows():
     from specdiff.bench import demo_real, settings, tuner

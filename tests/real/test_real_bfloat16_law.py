@@ -47,6 +47,8 @@ import specdiff as sd
 from real.test_real_verifier import NAME, _pooled, _shipped
 from specdiff.lm import precision
 
+pytestmark = pytest.mark.numerics  # kernel-dependent: run again under other kernels (scripts/numerics_kernels.sh)
+
 TEMPERATURE, TOP_P = 0.7, 0.9
 PROMPT = "My name"  # two tokens: one prefilled, one in the round's chunk; 7 tokens in the law's support
 BLOCK = 2

@@ -28,6 +28,8 @@ import torch
 
 import specdiff as sd
 
+pytestmark = pytest.mark.numerics  # kernel-dependent: run again under other kernels (scripts/numerics_kernels.sh)
+
 NAME = "smollm2-135m-instruct"
 CONVERSATIONS = [  # committed prompts of mixed lengths: chat, code, rewriting, math
     [{"role": "user", "content": "What is the capital of France?"}],
