@@ -35,6 +35,7 @@ def fetched():
     return VERIFIER
 
 
+@pytest.mark.numerics  # kernel-dependent (issue 54): run again under other kernels by scripts/numerics_kernels.sh
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_drafters_follow_the_verifiers_dtype_and_distilled_ones_load_in_either(fetched, dtype):
     from specdiff import models
@@ -97,6 +98,7 @@ def test_the_testbed_stays_float32_whatever_is_asked(capsys):
     assert "dtype: float32 (the testbed's models always run in float32)" in capsys.readouterr().out
 
 
+@pytest.mark.numerics  # kernel-dependent (issue 54): run again under other kernels by scripts/numerics_kernels.sh
 def test_generate_runs_the_real_verifier_in_the_dtype_asked_and_says_so(fetched, capsys):
     import json
 

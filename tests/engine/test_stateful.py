@@ -110,6 +110,7 @@ def test_the_stateful_checks_fail_when_a_rollback_is_disabled(rollback, monkeypa
     print(f"{rollback} disabled: {name} fails at (model, round, row, largest difference) = {failure.value}")
 
 
+@pytest.mark.numerics  # kernel-dependent (issue 54): run again under other kernels by scripts/numerics_kernels.sh
 @pytest.mark.parametrize("name, dtype", [("qwen3_5", torch.bfloat16), ("nemotron_h", torch.bfloat16),
                                          ("lfm2", torch.bfloat16), ("falcon_h1", torch.float16)])
 def test_half_precision_greedy_equals_hf_generate(name, dtype):
@@ -129,6 +130,7 @@ def test_half_precision_greedy_equals_hf_generate(name, dtype):
     assert_greedy_equal(f"{name} {dtype}", out.token_ids, references, dtype=dtype)
 
 
+@pytest.mark.numerics  # kernel-dependent (issue 54): run again under other kernels by scripts/numerics_kernels.sh
 @pytest.mark.parametrize("name, dtype", [("nemotron_h", torch.float32), ("nemotron_h", torch.bfloat16)])
 def test_sampled_lossless_generation_reproduces_a_hybrid_verifier(name, dtype):
     """tests/engine/test_exactness.py's check on a tiny hybrid verifier over V = 4 tokens: the enumerated law of

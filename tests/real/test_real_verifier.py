@@ -198,18 +198,18 @@ def test_generate_chat_command_answers_like_hf_greedy_and_streams(smollm2, refer
 
     question = CONVERSATIONS[0][0]["content"]
     assert main(["generate", "--verifier", NAME, "--chat", question, "--temperature", "0", "--max-new-tokens",
-                 str(NEW_TOKENS), "--json"]) == 0
+                 str(NEW_TOKENS), "--dtype", "float32", "--json"]) == 0  # the references' dtype on any CPU
     out = json.loads(capsys.readouterr().out)
     assert out["config"]["drafter"] == f"{NAME}-dflash" and out["exact"]  # its distilled drafter, by default
     generation = out["generations"][0]
     assert_greedy_equal("generate --chat", [generation["token_ids"]], [references[0]])
     assert generation["token_ids"][-1] == 2 and "Paris" in generation["text"]  # stopped at <|im_end|>
     assert main(["generate", "--verifier", NAME, "--chat", question, "--temperature", "0", "--max-new-tokens",
-                 "12", "--stream"]) == 0
+                 "12", "--dtype", "float32", "--stream"]) == 0
     assert generation["text"] in capsys.readouterr().out
     for kind in ("dflash", "ar", "lookup"):  # --drafter dflash / ar: this verifier's own distilled drafters
         assert main(["generate", "--verifier", NAME, "--drafter", kind, "--chat", question, "--temperature", "0",
-                     "--max-new-tokens", str(NEW_TOKENS), "--json"]) == 0
+                     "--max-new-tokens", str(NEW_TOKENS), "--dtype", "float32", "--json"]) == 0
         out = json.loads(capsys.readouterr().out)
         assert out["config"]["drafter"] == (kind if kind == "lookup" else f"{NAME}-{kind}")
         assert_greedy_equal(f"generate --drafter {kind}", [out["generations"][0]["token_ids"]], [references[0]])
@@ -229,7 +229,7 @@ def test_a_gguf_file_loads_directly_and_agrees_with_the_converted_checkpoint(smo
     path = checkpoints.fetched_dir(NAME) / checkpoints.SOURCE_GGUF
     if not path.is_file():
         pytest.skip(f"this cache was fetched before the GGUF was kept: `specdiff models fetch {NAME} --force`")
-    verifier = models.load(str(path), temperature=0.0)
+    verifier = models.load(str(path), temperature=0.0, dtype="float32")  # the references' dtype on any CPU
     tok = models.load_tokenizer(str(path))
     assert verifier.model.config.num_hidden_layers == 30 and tok.chat_template is not None
     gen = sd.SpeculativeGenerator(sd.PromptLookupDrafter(), verifier, tokenizer=tok)

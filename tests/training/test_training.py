@@ -21,6 +21,12 @@ OLD = {"mdlm_plain": 0.6231193542480469, "mdlm_recipe": 0.5816189646720886, "mdl
        "ar_causal": 0.008988865651190281, "ar_plain": 0.028324633836746216, "block": 0.5598472356796265,
        "uniform_block": 0.0925736129283905, "distill_masked": 8.291987419128418,
        "distill_masked_no_ar": 4.17732048034668, "distill_ar": 5.496322154998779}
+# Tolerances measured across kernels (issue 54), on an AVX2 AMD EPYC: the default kernels, ATEN_CPU_CAPABILITY=default
+# (scalar ATen) and MKL_CBWR=COMPATIBLE moved every key by at most 1.45e-6 relative (ar_causal, a loss of 0.009;
+# the others at most 8.0e-7): 1e-5 for them. The distilled masked drafter starts at an SVD of the verifier's
+# embedding rows, which LAPACK's kernels rotate within near-equal singular values: on a Xeon its loss in
+# tests/training/test_soft_targets.py moved 1.2e-3 relative (0 here): 3e-3 for the two masked keys, as there.
+OLD_REL = {**{key: 1e-5 for key in OLD}, "distill_masked": 3e-3, "distill_masked_no_ar": 3e-3}
 
 
 class Tiny(torch.nn.Module):
@@ -103,6 +109,7 @@ def _generator(seed):
     return torch.Generator().manual_seed(seed)
 
 
+@pytest.mark.numerics  # kernel-dependent (issue 54): run again under other kernels by scripts/numerics_kernels.sh
 def test_the_one_masked_diffusion_loss_gives_the_testbed_losses():
     """The masked drafter's MDLM loss (plain, and with the grouped, results and clean-prefix modes), the block
     drafter's SDAR loss, the uniform loss and the two next-token losses, on the shipped weights."""
@@ -131,9 +138,10 @@ def test_the_one_masked_diffusion_loss_gives_the_testbed_losses():
         new["uniform_block"] = OBJECTIVES["uniform_diffusion"](zoo.load("uniform-drafter"),
                                                                {**block, "t_max": 0.5, "suffix_prob": 0.5}, generator)
     for key, value in new.items():
-        assert value.item() == pytest.approx(OLD[key], rel=1e-6, abs=1e-7), key
+        assert value.item() == pytest.approx(OLD[key], rel=OLD_REL[key]), key
 
 
+@pytest.mark.numerics  # kernel-dependent (issue 54): run again under other kernels by scripts/numerics_kernels.sh
 def test_the_one_masked_diffusion_loss_gives_the_distilled_drafters_loss():
     """The distilled masked drafter's loss (unweighted, t = 1 on a share, over the draft vocabulary, + the causal
     next-token loss) and the distilled AR drafter's, on a seeded tiny verifier and drafters."""
@@ -164,11 +172,11 @@ def test_the_one_masked_diffusion_loss_gives_the_distilled_drafters_loss():
             loss = OBJECTIVES["masked_diffusion"](model, {**batch, "all_masked": 0.25, "weighting": "none"}, generator)
             if ar_weight:
                 loss = loss + OBJECTIVES["next_token"](model, {**batch, "causal_mask": True, "positions": 8}, generator)
-            assert loss.item() == pytest.approx(OLD[key], rel=1e-6), key
+            assert loss.item() == pytest.approx(OLD[key], rel=OLD_REL[key]), key
         torch.manual_seed(0)
         ar = build.drafter("ar", target, dict(distill.DEFAULTS["ar"]), np.arange(len(tok)), 4)
         loss = OBJECTIVES["next_token"](ar, data.conversation_batch(conversations[:4], 8), _generator(6))
-        assert loss.item() == pytest.approx(OLD["distill_ar"], rel=1e-6)
+        assert loss.item() == pytest.approx(OLD["distill_ar"], rel=OLD_REL["distill_ar"])
 
 
 def test_a_checkpoint_of_another_format_is_refused_naming_it(tmp_path):

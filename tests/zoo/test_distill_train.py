@@ -94,7 +94,7 @@ def test_a_resumed_run_equals_an_uninterrupted_one_and_loads_as_a_drafter(setup,
     weights = load_file(str(whole / "model.safetensors"))
     assert all(v.dtype == torch.float16 for v in weights.values())
     assert not any("embed_tokens" in n or "lm_head" in n for n in weights)  # equal to the verifier's: not stored
-    verifier = models.load(setup["verifier"], temperature=0.0)
+    verifier = models.load(setup["verifier"], temperature=0.0, dtype="float32")  # float32 on any CPU
     drafter = models.load(str(whole), role="drafter", verifier=verifier)
     if kind in ("dflash", "masked"):
         d2t = json.loads((whole / "draft_vocab.json").read_text())["draft_to_target"]
@@ -132,6 +132,7 @@ def test_a_drafter_trained_for_another_verifier_is_refused_naming_both(setup):
 DSPARK = dict(anchor_state=False, read_anchor=True, markov_rank=4, widths=[3, 5], features="inputs")
 
 
+@pytest.mark.numerics  # kernel-dependent (issue 54): run again under other kernels by scripts/numerics_kernels.sh
 @pytest.mark.parametrize("variant", ["dflash", "dspark"])
 def test_the_loaded_dflash_drafter_proposes_what_training_predicted(setup, variant):
     """The drafter at inference (engine hidden states, KV cache, anchor state, draft vocabulary) computes what the
@@ -181,6 +182,7 @@ def test_the_loaded_dflash_drafter_proposes_what_training_predicted(setup, varia
     assert drafted == trained
 
 
+@pytest.mark.numerics  # kernel-dependent (issue 54): run again under other kernels by scripts/numerics_kernels.sh
 def test_the_loaded_masked_drafter_proposes_what_training_predicted(setup):
     """The masked drafter at inference (tables rebuilt from the verifier, Dream's shift, draft vocabulary) computes
     what its training loss saw: its one-step greedy draft of a block equals the argmax of the training forward
@@ -193,18 +195,20 @@ def test_the_loaded_masked_drafter_proposes_what_training_predicted(setup):
     distill_train.train("masked", setup["verifier"], setup["data"], out, steps=6, draft_size=24, show_progress=False,
                         dtype="float32", **{**MASKED, "lr": 1e-2})
     verifier = models.load(setup["verifier"], temperature=0.0, dtype="float32")
+    from safetensors.torch import load_file
+
     drafter = models.load(str(out), role="drafter", verifier=verifier, steps=1)
-    state = torch.load(out / "checkpoint.pt", weights_only=False)
+    projection = load_file(str(out / "model.safetensors"))["specdiff_projection"].float()  # as the drafter has it
     prompt, response = load_shards(setup["data"])[0]
     context = torch.tensor([prompt + response[:3]])  # [1, L]
     block = 4
     noisy = torch.cat([context, torch.full((1, block), drafter.mask_token_id)], dim=1)  # [1, L + B]
     embeddings = verifier.model.get_input_embeddings().weight
     with torch.no_grad():
-        states = drafter.model.model(inputs_embeds=embeddings[noisy] @ state["model"]["specdiff_projection"],
+        states = drafter.model.model(inputs_embeds=embeddings[noisy] @ projection,
                                      attention_mask=layer_masks(drafter.model, bidirectional_mask(torch.ones_like(noisy, dtype=torch.bool))),
                                      is_causal=False).last_hidden_state  # [1, L + B, d]
-        head = embeddings[drafter.draft_to_target] @ state["model"]["specdiff_projection"]  # [V_d, d]
+        head = embeddings[drafter.draft_to_target] @ projection  # [V_d, d]
         trained = drafter.draft_to_target[(states[0, -block - 1:-1] @ head.T).argmax(-1)].tolist()  # shifted
     keys = torch.ones_like(context, dtype=torch.bool)
     assert drafter.propose(context, keys, block).tokens[0].tolist() == trained
