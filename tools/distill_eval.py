@@ -25,7 +25,8 @@ is not always (the chain there is a teacher-forced proxy).
 
 Per kind of drafter, teacher-forced on the true prefix, greedy:
 - dflash: exactly the training forward (`training.objectives.dflash.dflash_logits`, one forward per conversation,
-  every anchor a block [token a, masks] that attends to the verifier's states of the tokens before a and to
+  every anchor a block [token a, masks] (one slot fewer for a drafter that reads the anchor's slot, DSpark's
+  `sample_from_anchor`; its Markov head teacher-forced on the true previous tokens) that attends to the verifier's states of the tokens before a and to
   itself): the drafter's `target_layer_ids` (verifier `hidden_states[i + 1]`, rounded to float16 as the training
   cache stores them), its anchor state (`specdiff_anchor_state`), the verifier's frozen embeddings and the draft
   vocabulary's rows of its head, the drafter in float32. The argmax row of block position k = 1..B - 1 goes back
@@ -212,7 +213,8 @@ def load_drafter(reference: str, verifier, verifier_name: str | None = None) -> 
                     d2t=d2t, training={k: v for k, v in training.items() if v is not None})
     if kind == "dflash":
         model.float()  # the drafter trains in float32 (`training.distill`)
-        loaded.trained = int(config["block_size"]) - 1  # the block counts the anchor
+        reads_anchor = bool(config.get("sample_from_anchor", False))  # DSpark: the anchor's slot predicts too
+        loaded.trained = int(config["block_size"]) - (0 if reads_anchor else 1)  # the block counts the anchor
         embeddings = target.get_input_embeddings().weight.detach()
         to_draft = torch.full((embeddings.shape[0],), -100, dtype=torch.long)
         to_draft[d2t] = torch.arange(len(d2t))
@@ -249,10 +251,11 @@ def dflash_predictions(loaded: Loaded, conversation, hidden_states, anchors: lis
     from specdiff.training.objectives.dflash import dflash_logits
 
     context = torch.cat([hidden_states[i] for i in loaded.layers], dim=-1).half().float()  # as training caches them
-    batch = dict(conversations=[conversation], context=context, block=draft + 1, anchors=len(anchors),
-                 anchors_at=torch.tensor([anchors]), **loaded.tables)
+    reads_anchor = bool(getattr(loaded.model.config, "sample_from_anchor", False))
+    batch = dict(conversations=[conversation], context=context, block=draft + (0 if reads_anchor else 1),
+                 anchors=len(anchors), anchors_at=torch.tensor([anchors]), **loaded.tables)
     logits, _ = dflash_logits(loaded.model, batch, torch.Generator().manual_seed(0))  # [1, A, draft, V_d]
-    return loaded.d2t[logits[0].argmax(-1)]
+    return loaded.d2t[logits[0, :, :draft].argmax(-1)]
 
 
 @torch.inference_mode()
@@ -373,7 +376,7 @@ def evaluate(drafters: list[Loaded], verifier_model, conversations, kinds=None, 
 # -- decoded --------------------------------------------------------------------------------------------------------
 
 def decoded(loaded: Loaded, verifier, tokenizer, conversations, blocks=DECODE_BLOCKS, new_tokens: int = 96,
-            batch: int = 8) -> dict:
+            batch: int = 8, rules: str = "both") -> dict:
     """{"block B+1" | "trained width": {B: mean accepted drafted tokens per round}}: greedy lossless decoding of the
     conversations' prompts with a DFlash drafter, at each width rule (module docstring, `--decode`)."""
     import specdiff as sd
@@ -383,7 +386,7 @@ def decoded(loaded: Loaded, verifier, tokenizer, conversations, blocks=DECODE_BL
                           role="drafter", verifier=verifier)
     prompts = [list(p) for p, _ in conversations]
     out = {}
-    for label, trained in (("block B+1", False), ("trained width", True)):
+    for label, trained in (("block B+1", False), ("trained width", True))[(rules == "trained"):]:
         drafter.at_trained_width = trained
         out[label] = {}
         for b in blocks:
@@ -413,6 +416,9 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--decode", action="store_true",
                         help="DFlash drafters also decode the held-out prompts at B = 2, 4, 8, both width rules")
+    parser.add_argument("--decode-blocks", type=int, nargs="+", default=list(DECODE_BLOCKS))
+    parser.add_argument("--decode-rules", choices=("both", "trained"), default="both",
+                        help="trained: only at the trained width (the engine's rule)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", default=None, help="also write the JSON here")
     args = parser.parse_args(argv)
@@ -438,8 +444,9 @@ def main(argv=None) -> int:
     if args.decode:
         for drafter in loaded:
             if drafter.kind == "dflash":
-                result["drafters"][drafter.name]["decoded"] = decoded(drafter, verifier, tokenizer, conversations,
-                                                                      new_tokens=args.new_tokens, batch=args.batch)
+                result["drafters"][drafter.name]["decoded"] = decoded(
+                    drafter, verifier, tokenizer, conversations, args.decode_blocks, args.new_tokens, args.batch,
+                    args.decode_rules)
     if args.train_sample:
         data_dir = Path(args.data or ROOT / "data" / "distill" / args.verifier)
         for drafter in loaded:  # each on the conversations it was trained on
