@@ -26,8 +26,8 @@ def run_leniency(args, say) -> dict:
     from specdiff.eval import tasks
     from specdiff.eval.pricing import price_ms
     from specdiff.drafters import registry
-    from specdiff.models import DRAFTER_KINDS
-    from specdiff.runs import ModelCache, RunConfig, run_config
+    from specdiff.models import DRAFTER_KINDS, ModelCache
+    from specdiff.runs import RunConfig, run_config
     from specdiff.runs.call_costs import measure_call_costs
 
     drafter = DRAFTER_KINDS[args.drafter]

@@ -97,7 +97,7 @@ def drafter_references(settings) -> dict[str, str]:
     drafter replaces an always-measured one of its kind and is refused when it does not fit the verifier or
     names a kind twice; a preset's default that does not fit is skipped; a zoo model without weights is refused
     (naming `specdiff zoo train NAME`) before anything runs."""
-    from specdiff.models import check_pair, for_verifier, require_weights, resolve
+    from specdiff.models import pair, require_weights
 
     references, given = {}, set()
     entries = [(value, False) for value in settings.always_drafters]
@@ -105,9 +105,8 @@ def drafter_references(settings) -> dict[str, str]:
     for value, users in entries:
         for name in (part.strip() for part in str(value).split(",") if part.strip()):
             try:
-                check_pair(for_verifier(name, settings.verifier), settings.verifier)
-                kind, reference = resolve(name, settings.verifier)
-                check_pair(reference, settings.verifier)
+                drafter = pair(name, settings.verifier)[0]  # resolved once: named for the verifier, and checked
+                kind = drafter.spec.name
             except ValueError:
                 if users or name in settings.always_drafters:
                     raise
@@ -118,7 +117,7 @@ def drafter_references(settings) -> dict[str, str]:
                 given.add(kind)
             elif kind in references:
                 continue
-            references[kind] = reference
+            references[kind] = drafter.reference
     if not references:
         raise ValueError("--drafters names no drafter")
     for reference in references.values():
@@ -129,7 +128,7 @@ def drafter_references(settings) -> dict[str, str]:
 def assistant_reference(settings, references: dict) -> str | None:
     """`hf_assistant`, or by default the verifier's AR drafter (the kind that can verify) where one fits."""
     from specdiff.drafters import registry
-    from specdiff.models import check_pair, for_verifier, resolve
+    from specdiff.models import pair
 
     if settings.hf_assistant == "none":
         return None
@@ -137,8 +136,7 @@ def assistant_reference(settings, references: dict) -> str | None:
         return settings.hf_assistant
     kind = next(spec.name for spec in registry.specs() if spec.can_verify)
     try:
-        check_pair(for_verifier(kind, settings.verifier), settings.verifier)
-        return resolve(kind, settings.verifier)[1]
+        return pair(kind, settings.verifier)[0].reference
     except ValueError:
         return None
 
@@ -146,19 +144,18 @@ def assistant_reference(settings, references: dict) -> str | None:
 def load_assistant(reference: str, verifier, cache):
     """A full-vocabulary causal LM for transformers' assisted generation (a distilled AR drafter is completed with
     the verifier's embeddings); refused when it is not a causal LM or its vocabulary is not the verifier's."""
-    from specdiff import models
     from specdiff.zoo import distilled
 
-    folder = distilled.folder(reference)
-    if folder is not None:
-        model, config, d2t = distilled.build(folder, verifier.model, getattr(verifier, "name", None))
+    assistant = cache.ref(reference)
+    if assistant.source == "distilled":
+        model, config, d2t = distilled.build(assistant.path, verifier.model, getattr(verifier, "name", None))
         if d2t is not None:
             raise ValueError(f"--hf-assistant {reference}: a drafter with a reduced draft vocabulary cannot be "
                              "transformers' assistant (it takes a full-vocabulary causal LM)")
-    elif not models.kind_spec(reference).can_verify:
+    elif not assistant.spec.can_verify:
         raise ValueError(f"--hf-assistant {reference}: transformers' assisted generation needs a causal LM")
     else:
-        model = cache.get(reference, "drafter").model
+        model = cache.get(assistant).model
     if int(model.config.vocab_size) != verifier.vocab_size:
         raise ValueError(f"--hf-assistant {reference}: its vocabulary ({model.config.vocab_size} tokens) is not the "
                          f"verifier's ({verifier.vocab_size}); assisted generation here takes a full-vocabulary "
@@ -205,8 +202,7 @@ def estimate(settings, references: dict, suite, verifier, tuned: bool = False) -
 def _setup(settings):
     import torch
 
-    from specdiff.models import ModelCache
-    from specdiff.runs.model_cache import quiet_transformers
+    from specdiff.models import ModelCache, quiet_transformers
 
     quiet_transformers()
     torch.set_num_threads(settings.threads)

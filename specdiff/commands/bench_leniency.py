@@ -50,7 +50,7 @@ def run(args) -> int:
     import torch
 
     from specdiff.bench.leniency import run_leniency
-    from specdiff.runs.model_cache import quiet_transformers
+    from specdiff.models import quiet_transformers
 
     if not 0 <= args.loss < 1:
         raise ValueError(f"--loss must be in [0, 1), got {args.loss}")

@@ -103,7 +103,7 @@ def run(args) -> int:
     import torch
 
     from specdiff.runs.demo import run_demo, save_frontier_plot
-    from specdiff.runs.model_cache import quiet_transformers
+    from specdiff.models import quiet_transformers
 
     quiet_transformers()
     torch.set_num_threads(args.threads)

@@ -69,7 +69,7 @@ def register(subparsers) -> None:
 def run_data(args) -> int:
     import torch
 
-    from specdiff.runs.model_cache import quiet_transformers
+    from specdiff.models import quiet_transformers
     from specdiff.zoo_tools.distill_data import generate
 
     quiet_transformers()
@@ -90,7 +90,7 @@ def run_data(args) -> int:
 def run_train(args) -> int:
     import torch
 
-    from specdiff.runs.model_cache import quiet_transformers
+    from specdiff.models import quiet_transformers
     from specdiff.training.distill import DRAFT_SIZE, train
 
     if not (args.verifier and args.kind and args.out):

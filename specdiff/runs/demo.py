@@ -53,7 +53,8 @@ def run_demo(kinds, problems: int, max_new_tokens: int, seed: int = 0, controlle
     from specdiff.eval import tasks
     from specdiff.models import require_weights
     from specdiff.progress import progress
-    from specdiff.runs import ModelCache, merge_results, run_config
+    from specdiff.models import ModelCache
+    from specdiff.runs import merge_results, run_config
 
     test = tasks.arith_problems("test", problems)
     prompts, targets = [p.prompt for p in test], [p.target for p in test]

@@ -132,7 +132,8 @@ def test_demo_runs_each_kind_at_its_own_effort(new_drafters, capsys):
 
 def test_each_kind_gets_its_own_effort_knob(new_drafters):
     import specdiff as sd
-    from specdiff.runs import ModelCache, RunConfig, build_generator
+    from specdiff.models import ModelCache
+    from specdiff.runs import RunConfig, build_generator
 
     cache = ModelCache()
     uniform = build_generator(RunConfig("u", drafter="uniform", steps=3), cache)
