@@ -82,6 +82,11 @@ class ModelRef:
     def __str__(self) -> str:
         return self.given
 
+    def folder(self) -> Path:
+        """The checkpoint's folder: a fetched name's (an error naming `specdiff models fetch` when it is not
+        fetched), a zoo model's or a local folder (an error naming what it is not when it has no config.json)."""
+        return _local_dir(self)
+
 
 def ref(name: str | ModelRef, role: str = "drafter", verifier: str | ModelRef | None = None) -> ModelRef:
     """The resolved reference of a name or path (module docstring); a `ModelRef` is returned as it is. With a
@@ -312,6 +317,10 @@ class ModelCache:
         return wrap(model, config, defaults, self.tokenizer(reference), "drafter", verifier=verifier,
                     spec=registry.get(reference.kind) if reference.kind else None, **options)
 
+    def model(self, name: str | ModelRef, role: str = "verifier"):
+        """The loaded transformers model of a checkpoint (no wrapper), in the cache's dtype where it is real."""
+        return self._loaded(self.ref(name, role))[0]
+
     def kind(self, name: str | ModelRef) -> str:
         """The kind name of drafter `name` (masked, block, uniform, dflash, ar, lookup)."""
         return self.ref(name).spec.name
@@ -463,6 +472,8 @@ def _local_dir(reference: ModelRef) -> Path:
 
     if reference.source == "fetched":
         return require(reference.reference)
+    if reference.source == "zoo":
+        return reference.path
     path = reference.path
     if not (path / "config.json").is_file():
         raise ValueError(f"unknown model {reference.reference!r}: not a zoo name ({', '.join(zoo.TRAINABLE)}), a "

@@ -95,12 +95,12 @@ def real(options, log) -> tuple[dict, list[dict], dict]:
     (`specdiff.commands.bench_vllm`). At each concurrency c: tokens/s and acceptance as `time_vllm` measures."""
     import torch
 
-    from specdiff import checkpoints, models
+    from specdiff import models
     from specdiff.runs import prompts as prompt_files
     from specdiff.zoo import distilled
 
     name = Path(options.verifier).name
-    folder = Path(options.verifier) if Path(options.verifier).is_dir() else checkpoints.require(options.verifier)
+    folder = models.ref(options.verifier, "verifier").folder()  # a fetched name or a local folder
     drafter = options.masked or distilled.shipped_for(name, "masked")
     if drafter is None:
         raise ValueError(f"no masked drafter is shipped for {name!r}: give one with --drafter (a folder that "
@@ -110,7 +110,7 @@ def real(options, log) -> tuple[dict, list[dict], dict]:
     lam = options.lam or 0.0
     rule = {"rule": "linear", "leniency": lam} if lam > 0 else {"rule": "lossless"}
     count = max(options.concurrency)
-    loaded = prompt_files.read_prompts(prompt_files.TEST_FILE, models.load_tokenizer(str(folder)))
+    loaded = prompt_files.read_prompts(prompt_files.TEST_FILE, models.load_tokenizer(folder))
     prompts = [loaded[i % len(loaded)].ids for i in range(count)]
     load_before = os.getloadavg()
     label = rule["rule"] if lam == 0 else f"linear {lam:g}"
