@@ -212,8 +212,10 @@ def default_drafter(verifier: str | ModelRef) -> str:
     """The drafter used when none is named: the zoo's masked drafter for the testbed's verifier; for a real
     verifier its shipped distilled DFlash drafter, else prompt lookup (the testbed's drafters do not fit it)."""
     if not is_real(verifier):
-        return registry.get("masked").zoo_model
-    return distilled.shipped_for(str(verifier), "dflash") or LOOKUP
+        from specdiff.zoo.configs import DEFAULT_DRAFTER
+
+        return DEFAULT_DRAFTER
+    return distilled.shipped_for(str(verifier), distilled_kinds()[0]) or LOOKUP  # the first: the default drafter
 
 
 def distilled_kinds() -> list[str]:

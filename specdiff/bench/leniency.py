@@ -25,7 +25,7 @@ def run_leniency(args, say) -> dict:
     held-out test problems (module docstring); `args` holds the command's settings."""
     from specdiff.eval import tasks
     from specdiff.eval.pricing import price_ms
-    from specdiff.drafters import registry
+    from specdiff.bench.settings import kind_settings
     from specdiff.models import DRAFTER_KINDS, ModelCache
     from specdiff.runs import RunConfig, run_config
     from specdiff.runs.call_costs import measure_call_costs
@@ -35,7 +35,7 @@ def run_leniency(args, say) -> dict:
     block = args.block_size
     length = getattr(cache.get(drafter, "drafter"), "block_length", None)  # a block drafter's trained length
     block = min(block, length) if length else block
-    proposal = registry.get(args.drafter).leniency_proposal  # the block drafter: exact only in point mass
+    proposal = kind_settings(args.drafter).get("leniency_proposal", "marginal")  # block: exact only in point mass
     costs = measure_call_costs("verifier", drafter, threads=args.threads)
     tune = tasks.arith_problems("validation", args.tune_problems)
     test = tasks.arith_problems("test", args.first_problem + args.problems)[args.first_problem:]

@@ -32,8 +32,10 @@ def report(rows: dict, tuning: dict, references: dict, settings, suite, verifier
 def plain_row(name: str, row: dict, base: str) -> str:
     """The plain row a row's speedup is over: plain decoding at the row's batch (`ar_batch<N>`) for a batched row,
     else `base` (the faster of `ar` and `hf`)."""
+    from specdiff.bench.rows import is_plain, plain_name
+
     batch = (row.get("config") or {}).get("batch_size") or 1
-    return base if batch == 1 or name == f"ar_batch{batch}" else f"ar_batch{batch}"
+    return base if batch == 1 or is_plain(row) else plain_name(row)
 
 
 def _dtype(verifier) -> str:

@@ -8,15 +8,19 @@ Terms:
   default preset is `real` for a real verifier and `testbed` otherwise. Precedence, lowest first: the
   dataclass defaults, the preset, the flags and `--set`;
 - a kind's grid (`grid`): the run's grid (blocks, steps, thresholds, caches, ngrams), then the kind's own
-  (`KindSpec.bench_grid`) for the keys the user did not set, then the preset's `[kinds.NAME]` table.
+  (its table in `kinds.toml`, `kind_settings`) for the keys the user did not set, then the preset's
+  `[kinds.NAME]` table.
 """
 from __future__ import annotations
 
 import tomllib
 from dataclasses import MISSING, dataclass, field, fields, replace
+from functools import lru_cache
 from pathlib import Path
 
 PRESETS = Path(__file__).resolve().parent / "presets"
+KINDS = Path(__file__).resolve().parent / "kinds.toml"  # what the bench does with each drafter kind
+KIND_KEYS = ("controllers", "leniency", "leniency_proposal")  # the rest of a kind's table is its grid
 GRID_KEYS = ("blocks", "steps", "thresholds", "caches", "ngrams")
 
 
@@ -127,10 +131,27 @@ def build(preset: str, given: dict) -> Settings:
     return settings
 
 
+@lru_cache(maxsize=1)
+def kind_table() -> dict:
+    """`kinds.toml`: {kind name: its bench settings} (that file's header says what each key means)."""
+    return tomllib.loads(KINDS.read_text())
+
+
+def kind_settings(name: str) -> dict:
+    """A kind's bench settings (`kind_table`); {} for a kind without a table."""
+    return kind_table().get(name, {})
+
+
+def leniency_kinds() -> list[str]:
+    """The kinds `specdiff bench leniency --drafter` takes (`leniency = true` in `kinds.toml`), the default first."""
+    return [name for name, table in kind_table().items() if table.get("leniency")]
+
+
 def grid(settings: Settings, spec) -> dict:
     """A kind's tuning grid (module docstring)."""
     out = {key: list(getattr(settings, key)) for key in GRID_KEYS}
-    out.update({key: list(value) for key, value in spec.bench_grid.items() if key not in settings.user_set})
+    out.update({key: list(value) for key, value in kind_settings(spec.name).items()
+                if key not in KIND_KEYS and key not in settings.user_set})
     out.update(settings.kinds.get(spec.name, {}))
     return out
 

@@ -121,10 +121,10 @@ def tree_candidates(kind: str, tuned, settings) -> list:
 
 def controllers_of(settings, kind: str, index: int) -> list:
     """The controllers tried on a drafter: the first drafter's `controllers`, the others' `kind_controllers`
-    (each None: the kind's own `bench_controllers`); a kind without controllers of its own gets none."""
-    from specdiff.drafters import registry
+    (each None: the kind's own, `kinds.toml`); a kind without controllers of its own gets none."""
+    from specdiff.bench.settings import kind_settings
 
-    own = registry.get(kind).bench_controllers
+    own = kind_settings(kind).get("controllers", ())
     given = settings.kind_controllers if index and settings.kind_controllers is not None else settings.controllers
     return list(own if given is None or not own else given)  # a kind without controllers of its own takes none
 
