@@ -187,8 +187,8 @@ def load(name_or_path: str | ModelRef, role: str = "verifier", verifier=None, ve
     reference = ref(name_or_path, role)
     cache = ModelCache(dtype=dtype)
     if reference.role == "verifier":
-        return cache.get(reference, **options)
-    drafter = cache.get(reference, verifier=verifier, **options)
+        return cache.verifier(reference, **options)
+    drafter = cache.drafter(reference, verifier=verifier, **options)
     if verifier is not None and reference.source not in ("modelless", "distilled"):
         from specdiff.drafters.vocab import fit_vocabulary
 
@@ -297,18 +297,30 @@ class ModelCache:
         """A Verifier (role "verifier") or a drafter (role "drafter") of a name or reference (module docstring)."""
         reference = self.ref(name, role or "drafter")
         if reference.role == "verifier":
-            wrapped = wrap(*self._loaded(reference), self.tokenizer(reference), "verifier", **options)
-            wrapped.name = reference.given  # named in a distilled drafter's refusal
-            return wrapped
+            return self.verifier(reference, **options)
+        return self.drafter(reference, verifier=verifier, **options)
+
+    def verifier(self, name: str | ModelRef, **sampling):
+        """The `sd.Verifier` of a verifier name or reference: its checkpoint loaded once, wrapped with its sampling
+        defaults and `sampling` over them."""
+        reference = self.ref(name, "verifier")
+        model, config, defaults = self._loaded(reference)
+        wrapped = as_verifier(model, config, defaults, **sampling)
+        wrapped.name = reference.given  # named in a distilled drafter's refusal
+        return wrapped
+
+    def drafter(self, name: str | ModelRef, verifier=None, **options):
+        """The drafter of a drafter name or reference, built beside `verifier` (an `sd.Verifier`) where it has one."""
+        reference = self.ref(name, "drafter")
         if not reference.needs_model:  # lookup, datastore, hybrid: its own knobs are its options
             spec = reference.spec
             own = {k: v for k, v in options.items() if k in spec.option_keys}
-            parts = [self.get(part or default_drafter(verifier.name), "drafter", verifier=verifier, **part_options)
+            parts = [self.drafter(part or default_drafter(verifier.name), verifier=verifier, **part_options)
                      for part, part_options in spec.parts(getattr(verifier, "name", None), own)]
             return spec.build(target=verifier, **({"parts": parts} if parts else {}), **own)
         if reference.source == "distilled":  # built once around the verifier's shared weights
             if verifier is None:
-                verifier = self.get(reference.target, "verifier")
+                verifier = self.verifier(reference.target)
             key = ("distilled", reference.reference)
             if key not in self.models:
                 self.models[key] = distilled.build(reference.path, verifier.model, getattr(verifier, "name", None))
@@ -358,19 +370,25 @@ def _drafter_name(name: str) -> bool:
 def wrap(model, config: dict, defaults: dict, tokenizer, role: str, verifier=None, spec=None, **options):
     """A Verifier or drafter around an already loaded model (see `load`); cheap, nothing is copied. spec: the
     drafter's kind when its reference knows it (else recognised from the config)."""
-    spec = spec or registry.recognise(config)
     if role == "verifier":
-        from specdiff.engine.verifier import Verifier
-
-        if not spec.can_verify:
-            raise ValueError(f"a verifier must be a causal LM; this checkpoint is a {spec.name} drafter "
-                             f"({spec.describes})")
-        unknown = sorted(set(options) - set(SAMPLING_KEYS))
-        if unknown:
-            raise ValueError(f"{', '.join(unknown)} do(es) not apply to a verifier; it takes {', '.join(SAMPLING_KEYS)}")
-        return Verifier(model, **{**defaults, **options})
+        return as_verifier(model, config, defaults, **options)
+    spec = spec or registry.recognise(config)
     target = verifier if verifier is not None or not spec.needs_target else _zoo_target(config)
     return spec.build(model, config, defaults, tokenizer, target=target, **options)
+
+
+def as_verifier(model, config: dict, defaults: dict, **sampling):
+    """An `sd.Verifier` around a loaded causal LM; refused for a drafter-only kind or a non-sampling option."""
+    from specdiff.engine.verifier import Verifier
+
+    spec = registry.recognise(config)
+    if not spec.can_verify:
+        raise ValueError(f"a verifier must be a causal LM; this checkpoint is a {spec.name} drafter "
+                         f"({spec.describes})")
+    unknown = sorted(set(sampling) - set(SAMPLING_KEYS))
+    if unknown:
+        raise ValueError(f"{', '.join(unknown)} do(es) not apply to a verifier; it takes {', '.join(SAMPLING_KEYS)}")
+    return Verifier(model, **{**defaults, **sampling})
 
 
 def wrap_distilled(built, verifier, **options):

@@ -1,6 +1,13 @@
 """`specdiff bench leniency`'s measurement (the command's docstring has the protocol): lenient rules tuned on
 validation problems against the lossless rule at the same effort, then both measured on held-out test problems
-with paired-bootstrap intervals."""
+with paired-bootstrap intervals.
+
+Why it keeps its own tuner and timer rather than `bench.tuner` and `bench.timer` (issue 52): the shared tuner
+chooses the fastest candidate by wall-clock tokens/s with a 2% tie rule and knows no accuracy; this bench chooses
+by priced throughput (each configuration's verifier and drafter calls priced once, `runs.call_costs`, so machine
+noise cannot reorder the candidates) under an accuracy-loss bound on validation, and it reports per-problem paired
+bootstrap intervals, which need each problem's accuracy and calls, not the shared timer's per-prompt medians. Its
+drafter's kinds and their proposal mode come from the bench's table (`bench/kinds.toml`)."""
 from __future__ import annotations
 
 import statistics

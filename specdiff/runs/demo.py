@@ -130,7 +130,7 @@ def save_frontier_plot(rows: list[dict], path: str) -> str:
     colors = plt.get_cmap("tab10").colors
     markers = "osD^v<>ph*"
     for i, row in enumerate(rows):
-        color = "black" if row["config"].startswith("autoregressive") else colors[i % len(colors)]
+        color = "black" if "rounds" not in row else colors[i % len(colors)]  # plain decoding drafts no rounds
         axis.errorbar(row["tokens_per_s"], row["accuracy"], yerr=row["accuracy_stderr"], capsize=3, color=color,
                       marker=markers[i % len(markers)], markersize=8, linestyle="none",
                       markerfacecolor=color if row["exact"] else "white", markeredgewidth=1.5,

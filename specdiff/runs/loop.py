@@ -25,8 +25,8 @@ def build_generator(config: RunConfig, cache: ModelCache):
     from specdiff.engine.generate import SpeculativeGenerator
     verifier_ref, drafter_ref = cache.ref(config.verifier, "verifier"), cache.ref(config.drafter, "drafter")
     check_pair(drafter_ref, verifier_ref)
-    verifier = cache.get(verifier_ref, **config.sampling)
-    drafter = cache.get(drafter_ref, verifier=verifier, **drafter_ref.spec.run_options(config))
+    verifier = cache.verifier(verifier_ref, **config.sampling)
+    drafter = cache.drafter(drafter_ref, verifier=verifier, **drafter_ref.spec.run_options(config))
     return SpeculativeGenerator(drafter, verifier, block_size=config.block_size,
                                 rule=config_rule(config), method=config.method,
                                 proposal=config.proposal, tokenizer=cache.tokenizer(verifier_ref),
