@@ -1,22 +1,31 @@
-"""Names -> models: the one place where a name becomes a verifier or a drafter (issue 39).
+"""Names -> models: the one place where a name becomes a verifier or a drafter (issues 39, 52).
 
-`specdiff.models.load(name_or_path, role=...)` returns a ready `sd.Verifier` or drafter, and `ModelCache` does
-the same with each checkpoint read once per process. A name is, in the order tried:
-- "lookup": prompt lookup, no model;
-- a distilled drafter (`specdiff.zoo.distilled`: shipped for a real verifier, or a folder `specdiff distill`
-  wrote); with a real verifier, a distilled kind ("dflash", "ar", "masked") names that verifier's own one;
-- a drafter kind ("masked", "block", "uniform", "dflash", "ar"): the testbed zoo's model of that kind;
-- a zoo name ("verifier", "masked-drafter", ...);
-- a fetched real checkpoint (`specdiff models fetch NAME`: `specdiff.checkpoints`);
-- a .gguf file, or a local transformers checkpoint folder (nothing is downloaded).
-A checkpoint's kind is recognised from its config by the registered kinds (`specdiff.drafters.registry`:
-each kind's `recognise`, `loader`, `build`); anything else gets an error that lists them. Sampling defaults
-come from the zoo's table or the checkpoint's generation_config; keyword arguments override them. With
-`verifier=` (an `sd.Verifier`), the drafter's vocabulary is fitted to it (`drafters.vocab.fit_vocabulary`).
+A name or path is resolved ONCE, where it enters, into a frozen `ModelRef` (`ref`): its role, where its weights
+come from (`source`), its drafter kind, the model it names, its folder, the verifier it belongs to and its dtype.
+Everything below takes the resolved value: `ModelCache.get`, `load_model`, `load_tokenizer` and `check_pair`
+branch on the reference's fields and never classify the name again, as transformers resolves an `AutoConfig` once
+and maps it to a class. `specdiff.models.load(name_or_path, role=...)` returns a ready `sd.Verifier` or drafter,
+and `ModelCache` does the same with each checkpoint read once per process.
+
+A drafter name is, in the order tried (`ModelRef.source`):
+- "modelless": a kind built without a checkpoint ("lookup": prompt lookup; the datastore, the hybrid proposer);
+- "distilled": a distilled drafter (`specdiff.zoo.distilled`: shipped for a real verifier, or a folder
+  `specdiff distill` wrote); with a real verifier, a distilled kind ("dflash", "ar", "masked") names that
+  verifier's own one;
+- "zoo": a drafter kind ("masked", "block", "uniform", "dflash", "ar"): the testbed zoo's model of that kind, or a
+  zoo name ("masked-drafter", ...);
+- "fetched": a fetched real checkpoint (`specdiff models fetch NAME`: `specdiff.checkpoints`);
+- "gguf", "folder": a .gguf file, or a local transformers checkpoint folder (nothing is downloaded).
+A verifier name is a zoo name, a fetched name, a .gguf file or a folder. A checkpoint's kind is recognised from
+its config by the registered kinds (`specdiff.drafters.registry`: each kind's `recognise`, `loader`, `build`);
+anything else gets an error that lists them. Sampling defaults come from the zoo's table or the checkpoint's
+generation_config; keyword arguments override them. With `verifier=` (an `sd.Verifier`), the drafter's
+vocabulary is fitted to it (`drafters.vocab.fit_vocabulary`).
 """
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 from specdiff.drafters import registry
@@ -24,6 +33,129 @@ from specdiff.drafters.registry import SAMPLING_KEYS  # noqa: F401  (re-exported
 from specdiff.zoo import distilled
 
 LOOKUP = "lookup"  # `sd.PromptLookupDrafter`: needs no model, fits any verifier
+ROLES = ("verifier", "drafter")
+SOURCES = ("modelless", "distilled", "zoo", "fetched", "gguf", "folder")
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    """A model name or path, resolved once (`ref`).
+
+    given: the name as written; role: "verifier" or "drafter"; source: where its weights come from (module
+    docstring); reference: the model it names (a kind's zoo model, a distilled drafter's name, the path): the
+    key under which `ModelCache` keeps it; kind: its registered drafter kind (None for a verifier, and for a
+    drafter checkpoint not fetched yet); path: its folder or GGUF file (None: model-free, or not fetched yet);
+    target: the verifier it belongs to (a distilled drafter's `specdiff_target`; a drafter paired through
+    `pair`: that verifier's name); dtype: "float32" for the testbed's models, else None (the cache's dtype, or
+    its verifier's for a drafter)."""
+
+    given: str
+    role: str
+    source: str
+    reference: str
+    kind: str | None = None
+    path: Path | None = None
+    target: str | None = None
+    dtype: str | None = None
+
+    @property
+    def spec(self) -> registry.KindSpec:
+        """The registered kind of a drafter reference."""
+        if self.kind is None:
+            raise ValueError(f"{self.given!r} is not a drafter of a known kind")
+        return registry.get(self.kind)
+
+    @property
+    def needs_model(self) -> bool:
+        return self.source != "modelless"
+
+    @property
+    def testbed(self) -> bool:
+        """One of the shipped testbed's models (trained with its arithmetic tokenizer)."""
+        return self.source == "zoo"
+
+    @property
+    def real(self) -> bool:
+        """A real checkpoint (fetched, a file or folder, or distilled for a real verifier)."""
+        return self.source in ("distilled", "fetched", "gguf", "folder")
+
+    def __str__(self) -> str:
+        return self.given
+
+    def folder(self) -> Path:
+        """The checkpoint's folder: a fetched name's (an error naming `specdiff models fetch` when it is not
+        fetched), a zoo model's or a local folder (an error naming what it is not when it has no config.json)."""
+        return _local_dir(self)
+
+
+def ref(name: str | ModelRef, role: str = "drafter", verifier: str | ModelRef | None = None) -> ModelRef:
+    """The resolved reference of a name or path (module docstring); a `ModelRef` is returned as it is. With a
+    real `verifier` (a name), a distilled kind names that verifier's own shipped drafter (`for_verifier`).
+    ValueError naming what a drafter name is not; a verifier's folder is checked when it is loaded."""
+    if isinstance(name, ModelRef):
+        return name
+    if role not in ROLES:
+        raise ValueError(f"unknown role {role!r}: expected 'verifier' or 'drafter'")
+    name = str(name)
+    if role == "verifier":
+        return _checkpoint_ref(name, "verifier", name)
+    paired = for_verifier(name, str(verifier)) if verifier is not None else name
+    target = None if verifier is None else str(verifier)
+    spec = registry.find(paired)
+    if spec is not None and not spec.needs_model:  # prompt lookup, and any kind built without a checkpoint
+        return ModelRef(name, "drafter", "modelless", spec.name, kind=spec.name, target=target)
+    folder = distilled.folder(paired)
+    if folder is not None:
+        config = _config(folder)
+        return ModelRef(name, "drafter", "distilled", paired, kind=registry.by_distilled_role(config["specdiff_role"]).name,
+                        path=Path(folder), target=config.get("specdiff_target"))
+    if spec is None:
+        spec = registry.by_zoo_model(paired)
+    if spec is not None and spec.zoo_model:
+        from specdiff import zoo
+
+        return ModelRef(name, "drafter", "zoo", spec.zoo_model, kind=spec.name, path=zoo.model_dir(spec.zoo_model),
+                        target=target, dtype="float32")
+    reference = _checkpoint_ref(paired, "drafter", name, target)
+    if reference.source == "folder" and (reference.path / "config.json").is_file() or reference.source == "zoo":
+        return _with_kind(reference)
+    if reference.source == "fetched" and reference.path is not None:
+        return _with_kind(reference)
+    if reference.source in ("fetched", "gguf"):
+        return reference
+    raise ValueError(f"unknown drafter {name!r} (unknown model): not a kind ({', '.join(drafter_kinds())}), a zoo drafter "
+                     f"({', '.join(drafter_kinds().values())}), a distilled drafter "
+                     f"({', '.join(distilled.names()) or 'none shipped'}) nor a local directory with a "
+                     "config.json")
+
+
+def _checkpoint_ref(name: str, role: str, given: str, target: str | None = None) -> ModelRef:
+    """A checkpoint by where its weights are: the testbed's zoo, a fetched name, a GGUF file or a folder."""
+    from specdiff import zoo
+    from specdiff.checkpoints import FETCHABLE, fetched_dir
+
+    if name in zoo.TRAINABLE:
+        return ModelRef(given, role, "zoo", name, path=zoo.model_dir(name), target=target, dtype="float32")
+    if name.endswith(".gguf"):
+        return ModelRef(given, role, "gguf", name, path=Path(name), target=target)
+    if name in FETCHABLE:
+        return ModelRef(given, role, "fetched", name, path=fetched_dir(name), target=target)
+    return ModelRef(given, role, "folder", name, path=Path(name), target=target)
+
+
+def _with_kind(reference: ModelRef) -> ModelRef:
+    from dataclasses import replace
+
+    return replace(reference, kind=registry.recognise(_config(reference.path)).name)
+
+
+def pair(drafter: str | ModelRef, verifier: str | ModelRef) -> tuple[ModelRef, ModelRef]:
+    """(drafter, verifier) references of a pair, the drafter named for that verifier (`for_verifier`) and the pair
+    checked (`check_pair`) before any weights load."""
+    verifier_ref = ref(verifier, "verifier")
+    drafter_ref = ref(drafter, "drafter", verifier_ref.given)
+    check_pair(drafter_ref, verifier_ref)
+    return drafter_ref, verifier_ref
 
 
 def kinds() -> dict[str, str]:
@@ -36,71 +168,54 @@ def drafter_kinds() -> dict[str, str]:
     return {spec.name: spec.zoo_model for spec in registry.specs() if spec.zoo_model}
 
 
-def is_real(name_or_path: str) -> bool:
+def is_real(name_or_path: str | ModelRef) -> bool:
     """Whether a verifier name is a real checkpoint (fetched or local), not one of the zoo's testbed models."""
+    if isinstance(name_or_path, ModelRef):
+        return not name_or_path.testbed
     from specdiff import zoo
 
     return name_or_path not in zoo.TRAINABLE
 
 
-def load(name_or_path: str, role: str = "verifier", verifier=None, verifier_tokenizer=None, dtype: str | None = None,
-         **options):
+def load(name_or_path: str | ModelRef, role: str = "verifier", verifier=None, verifier_tokenizer=None,
+         dtype: str | None = None, **options):
     """A ready `sd.Verifier` (role="verifier") or drafter (role="drafter") for a name (module docstring).
     verifier: the `sd.Verifier` the drafter will serve (needed by DFlash for a local checkpoint; with it the
     drafter's vocabulary is fitted to the verifier's, using verifier_tokenizer if given). dtype: "float32" or
     "bfloat16" for a real checkpoint (None: `lm.precision.default_dtype`, bfloat16 where native); a drafter
     beside a verifier follows the verifier's dtype; the testbed's models always run in float32."""
-    if role not in ("verifier", "drafter"):
-        raise ValueError(f"unknown role {role!r}: expected 'verifier' or 'drafter'")
+    reference = ref(name_or_path, role)
     cache = ModelCache(dtype=dtype)
-    if role == "verifier":
-        return cache.get(name_or_path, "verifier", **options)
-    drafter = cache.get(name_or_path, "drafter", verifier=verifier, **options)
-    spec = registry.find(name_or_path)
-    modelless = spec is not None and not spec.needs_model
-    if verifier is not None and not modelless and distilled.folder(name_or_path) is None:
+    if reference.role == "verifier":
+        return cache.verifier(reference, **options)
+    drafter = cache.drafter(reference, verifier=verifier, **options)
+    if verifier is not None and reference.source not in ("modelless", "distilled"):
         from specdiff.drafters.vocab import fit_vocabulary
 
-        fit_vocabulary(drafter, verifier, cache.tokenizer(name_or_path), verifier_tokenizer)
+        fit_vocabulary(drafter, verifier, cache.tokenizer(reference), verifier_tokenizer)
     return drafter
 
 
 def resolve(drafter: str, verifier: str | None = None) -> tuple[str, str]:
     """A kind ("block"), a zoo name ("block-drafter"), a distilled drafter or a local checkpoint -> (kind name, model
     reference); with a real `verifier`, the distilled kinds name its own distilled drafters (`for_verifier`)."""
-    if verifier is not None:
-        drafter = for_verifier(drafter, verifier)
-    spec = registry.find(drafter)
-    if spec is not None and not spec.needs_model:  # prompt lookup, and any kind built without a checkpoint
-        return spec.name, spec.name
-    folder = distilled.folder(drafter)
-    if folder is not None:
-        return registry.by_distilled_role(_config(folder)["specdiff_role"]).name, drafter
-    if spec is not None and spec.zoo_model:
-        return spec.name, spec.zoo_model
-    spec = registry.by_zoo_model(drafter)
-    if spec is not None:
-        return spec.name, drafter
-    path = Path(drafter)
-    if not (path / "config.json").is_file():
-        raise ValueError(f"unknown drafter {drafter!r} (unknown model): not a kind ({', '.join(drafter_kinds())}), a zoo drafter "
-                         f"({', '.join(drafter_kinds().values())}), a distilled drafter "
-                         f"({', '.join(distilled.names()) or 'none shipped'}) nor a local directory with a "
-                         "config.json")
-    return registry.recognise(_config(path)).name, drafter
+    reference = ref(drafter, "drafter", verifier)
+    return reference.spec.name, reference.reference
 
 
 def kind_spec(drafter: str, verifier: str | None = None) -> registry.KindSpec:
-    """The registered kind of a drafter name (`resolve`)."""
-    return registry.get(resolve(drafter, verifier)[0])
+    """The registered kind of a drafter name (`ref`)."""
+    return ref(drafter, "drafter", verifier).spec
 
 
-def default_drafter(verifier: str) -> str:
+def default_drafter(verifier: str | ModelRef) -> str:
     """The drafter used when none is named: the zoo's masked drafter for the testbed's verifier; for a real
     verifier its shipped distilled DFlash drafter, else prompt lookup (the testbed's drafters do not fit it)."""
     if not is_real(verifier):
-        return registry.get("masked").zoo_model
-    return distilled.shipped_for(verifier, "dflash") or LOOKUP
+        from specdiff.zoo.configs import DEFAULT_DRAFTER
+
+        return DEFAULT_DRAFTER
+    return distilled.shipped_for(str(verifier), distilled_kinds()[0]) or LOOKUP  # the first: the default drafter
 
 
 def distilled_kinds() -> list[str]:
@@ -116,116 +231,164 @@ def for_verifier(drafter: str, verifier: str) -> str:
     return drafter
 
 
-def check_pair(drafter: str, verifier: str) -> None:
+def check_pair(drafter: str | ModelRef, verifier: str | ModelRef) -> None:
     """Refuses a testbed drafter for a real verifier, saying why, before any weights load."""
-    from specdiff import zoo
-
-    spec = registry.find(drafter)
-    reference = spec.zoo_model if spec is not None and spec.zoo_model else drafter
-    if reference in zoo.TRAINABLE and is_real(verifier):
-        own = [name for kind in distilled_kinds() if (name := distilled.shipped_for(verifier, kind))]
-        raise ValueError(f"--drafter {drafter}: the testbed's drafters ({reference}) were trained with the testbed's "
-                         f"arithmetic tokenizer and do not fit the vocabulary of the real verifier {verifier!r}; use "
-                         f"--drafter {LOOKUP} (prompt lookup, no training)"
+    verifier_ref = ref(verifier, "verifier")
+    try:
+        drafter_ref = ref(drafter, "drafter")
+    except ValueError:
+        return  # an unknown drafter is refused where it is loaded, naming what it is not
+    name = verifier_ref.given
+    if drafter_ref.testbed and verifier_ref.real:
+        own = [shipped for kind in distilled_kinds() if (shipped := distilled.shipped_for(name, kind))]
+        raise ValueError(f"--drafter {drafter_ref.given}: the testbed's drafters ({drafter_ref.reference}) were trained "
+                         f"with the testbed's arithmetic tokenizer and do not fit the vocabulary of the real verifier "
+                         f"{name!r}; use --drafter {LOOKUP} (prompt lookup, no training)"
                          + (f", {' or '.join(own)} (distilled for it)" if own else "")
-                         + f" or a drafter trained for it (`specdiff distill --verifier {verifier} --kind dflash`)")
-    if spec is not None and not spec.needs_model:  # a kind built beside its verifier: can it be, for this one?
-        spec.check_verifier(verifier)
-        parts = spec.parts(verifier, {})
-        if parts and parts[0][0] is None and not registry.get(resolve(default_drafter(verifier))[0]).needs_model:
-            raise ValueError(f"--drafter {drafter} needs a model drafter for {verifier!r} and none is shipped for it: "
-                             f"train one (`specdiff distill --verifier {verifier} --kind dflash`)")
+                         + f" or a drafter trained for it (`specdiff distill --verifier {name} --kind dflash`)")
+    if not drafter_ref.needs_model:  # a kind built beside its verifier: can it be, for this one?
+        spec = drafter_ref.spec
+        spec.check_verifier(name)
+        parts = spec.parts(name, {})
+        if parts and parts[0][0] is None and not ref(default_drafter(verifier_ref)).needs_model:
+            raise ValueError(f"--drafter {drafter_ref.given} needs a model drafter for {name!r} and none is shipped "
+                             f"for it: train one (`specdiff distill --verifier {name} --kind dflash`)")
 
 
-def require_weights(reference: str) -> None:
+def require_weights(reference: str | ModelRef) -> None:
     """FileNotFoundError naming `specdiff zoo train NAME` when a zoo model has no weights yet."""
     from specdiff import zoo
 
-    if reference in zoo.TRAINABLE and not (zoo.model_dir(reference) / "model.safetensors").is_file():
-        raise FileNotFoundError(f"the zoo model {reference} is not shipped yet ({zoo.model_dir(reference)} has no "
-                                f"weights): train it with `specdiff zoo train {reference}` (see docs/drafters.md), "
+    name = reference.reference if isinstance(reference, ModelRef) else reference
+    if name in zoo.TRAINABLE and not (zoo.model_dir(name) / "model.safetensors").is_file():
+        raise FileNotFoundError(f"the zoo model {name} is not shipped yet ({zoo.model_dir(name)} has no "
+                                f"weights): train it with `specdiff zoo train {name}` (see docs/drafters.md), "
                                 "or give a trained checkpoint's folder")
+
+
+def quiet_transformers() -> None:
+    """No per-model 'Loading weights' bars between the command's own progress bars."""
+    from transformers.utils import logging
+
+    logging.disable_progress_bar()
 
 
 class ModelCache:
     """Loads each model and tokenizer once per process; wrappers (Verifier, drafters) are rebuilt around the
     loaded model for every set of options, which copies nothing. A sweep over many configurations of the same
-    pair reads each checkpoint once."""
+    pair reads each checkpoint once, and resolves each name once (`ref`)."""
 
     def __init__(self, device: str | None = None, dtype: str | None = None):
         from specdiff.lm import precision
 
-        self.models, self.tokenizers, self.device = {}, {}, device
+        self.models, self.tokenizers, self.refs, self.device = {}, {}, {}, device
         self.dtype = precision.resolve(dtype, device or "cpu")  # of real checkpoints; the testbed's stay float32
 
-    def get(self, name: str, role: str, verifier=None, **options):
-        """A Verifier (role "verifier") or a drafter (role "drafter") of a name (module docstring)."""
-        if role == "verifier":
-            wrapped = wrap(*self._loaded(name), self.tokenizer(name), role, **options)
-            wrapped.name = str(name)  # named in a distilled drafter's refusal
-            return wrapped
-        spec = registry.find(name)
-        if spec is not None and not spec.needs_model:  # lookup, datastore, hybrid: its own knobs are its options
+    def ref(self, name: str | ModelRef, role: str = "drafter") -> ModelRef:
+        """`ref(name, role)`, resolved once per cache."""
+        if isinstance(name, ModelRef):
+            return name
+        key = (str(name), role)
+        if key not in self.refs:
+            self.refs[key] = ref(name, role)
+        return self.refs[key]
+
+    def get(self, name: str | ModelRef, role: str | None = None, verifier=None, **options):
+        """A Verifier (role "verifier") or a drafter (role "drafter") of a name or reference (module docstring)."""
+        reference = self.ref(name, role or "drafter")
+        if reference.role == "verifier":
+            return self.verifier(reference, **options)
+        return self.drafter(reference, verifier=verifier, **options)
+
+    def verifier(self, name: str | ModelRef, **sampling):
+        """The `sd.Verifier` of a verifier name or reference: its checkpoint loaded once, wrapped with its sampling
+        defaults and `sampling` over them."""
+        reference = self.ref(name, "verifier")
+        model, config, defaults = self._loaded(reference)
+        wrapped = as_verifier(model, config, defaults, **sampling)
+        wrapped.name = reference.given  # named in a distilled drafter's refusal
+        return wrapped
+
+    def drafter(self, name: str | ModelRef, verifier=None, **options):
+        """The drafter of a drafter name or reference, built beside `verifier` (an `sd.Verifier`) where it has one."""
+        reference = self.ref(name, "drafter")
+        if not reference.needs_model:  # lookup, datastore, hybrid: its own knobs are its options
+            spec = reference.spec
             own = {k: v for k, v in options.items() if k in spec.option_keys}
-            parts = [self.get(part or default_drafter(verifier.name), "drafter", verifier=verifier, **part_options)
+            parts = [self.drafter(part or default_drafter(verifier.name), verifier=verifier, **part_options)
                      for part, part_options in spec.parts(getattr(verifier, "name", None), own)]
             return spec.build(target=verifier, **({"parts": parts} if parts else {}), **own)
-        folder = distilled.folder(name)
-        if folder is not None:  # distilled for a real verifier: built once around the verifier's shared weights
+        if reference.source == "distilled":  # built once around the verifier's shared weights
             if verifier is None:
-                verifier = self.get(_config(folder)["specdiff_target"], "verifier")
-            if ("distilled", name) not in self.models:
-                self.models[("distilled", name)] = distilled.build(folder, verifier.model,
-                                                                   getattr(verifier, "name", None))
-            return wrap_distilled(self.models[("distilled", name)], verifier, **options)
-        name = spec.zoo_model if spec is not None and spec.zoo_model else name  # "masked", "ar": its zoo model
-        model, config, defaults = self._loaded(name)
-        if verifier is not None and is_real(name):  # a drafter follows its verifier's dtype
+                verifier = self.verifier(reference.target)
+            key = ("distilled", reference.reference)
+            if key not in self.models:
+                self.models[key] = distilled.build(reference.path, verifier.model, getattr(verifier, "name", None))
+            return wrap_distilled(self.models[key], verifier, **options)
+        model, config, defaults = self._loaded(reference)
+        if verifier is not None and reference.real:  # a drafter follows its verifier's dtype
             model = model.to(_model_dtype(verifier.model))
-        return wrap(model, config, defaults, self.tokenizer(name), role, verifier=verifier, **options)
+        return wrap(model, config, defaults, self.tokenizer(reference), "drafter", verifier=verifier,
+                    spec=registry.get(reference.kind) if reference.kind else None, **options)
 
-    def kind(self, name: str) -> str:
+    def model(self, name: str | ModelRef, role: str = "verifier"):
+        """The loaded transformers model of a checkpoint (no wrapper), in the cache's dtype where it is real."""
+        return self._loaded(self.ref(name, role))[0]
+
+    def kind(self, name: str | ModelRef) -> str:
         """The kind name of drafter `name` (masked, block, uniform, dflash, ar, lookup)."""
-        return resolve(name)[0]
+        return self.ref(name).spec.name
 
-    def _loaded(self, name: str):
-        """(model, config, sampling defaults) of a zoo name, fetched name, GGUF file or path, loaded once."""
-        if name not in self.models:
+    def _loaded(self, reference: ModelRef):
+        """(model, config, sampling defaults) of a checkpoint reference, loaded once."""
+        if reference.reference not in self.models:
             from specdiff.lm import precision
 
-            model, *rest = load_model(name)
-            if is_real(name):
+            model, *rest = load_model(reference)
+            if reference.real:
                 model = model.to(precision.torch_dtype(self.dtype))
             if self.device is not None:
                 model = model.to(self.device)
-            self.models[name] = (model, *rest)
-        return self.models[name]
+            self.models[reference.reference] = (model, *rest)
+        return self.models[reference.reference]
 
-    def tokenizer(self, name: str):
-        spec = registry.find(name)
-        if (spec is not None and not spec.needs_model) or distilled.folder(name) is not None:
-            return None  # it drafts the verifier's own ids (a distilled drafter: the verifier's tokenizer)
-        name = spec.zoo_model if spec is not None and spec.zoo_model else name
-        if name not in self.tokenizers:
-            self.tokenizers[name] = load_tokenizer(name)
-        return self.tokenizers[name]
+    def tokenizer(self, name: str | ModelRef, role: str | None = None):
+        """The tokenizer of a model (None for a model-free or distilled drafter: it drafts its verifier's ids)."""
+        reference = self.ref(name, role or ("drafter" if isinstance(name, str) and _drafter_name(name) else "verifier"))
+        if reference.source in ("modelless", "distilled"):
+            return None
+        if reference.reference not in self.tokenizers:
+            self.tokenizers[reference.reference] = load_tokenizer(reference)
+        return self.tokenizers[reference.reference]
 
 
-def wrap(model, config: dict, defaults: dict, tokenizer, role: str, verifier=None, **options):
-    """A Verifier or drafter around an already loaded model (see `load`); cheap, nothing is copied."""
-    spec = registry.recognise(config)
+def _drafter_name(name: str) -> bool:
+    """Whether a bare name can only be a drafter (a kind or a distilled drafter), not a checkpoint."""
+    return registry.find(name) is not None or distilled.folder(name) is not None
+
+
+def wrap(model, config: dict, defaults: dict, tokenizer, role: str, verifier=None, spec=None, **options):
+    """A Verifier or drafter around an already loaded model (see `load`); cheap, nothing is copied. spec: the
+    drafter's kind when its reference knows it (else recognised from the config)."""
     if role == "verifier":
-        from specdiff.engine.verifier import Verifier
-
-        if not spec.can_verify:
-            raise ValueError(f"a verifier must be a causal LM; this checkpoint is a {spec.name} drafter "
-                             f"({spec.describes})")
-        unknown = sorted(set(options) - set(SAMPLING_KEYS))
-        if unknown:
-            raise ValueError(f"{', '.join(unknown)} do(es) not apply to a verifier; it takes {', '.join(SAMPLING_KEYS)}")
-        return Verifier(model, **{**defaults, **options})
+        return as_verifier(model, config, defaults, **options)
+    spec = spec or registry.recognise(config)
     target = verifier if verifier is not None or not spec.needs_target else _zoo_target(config)
     return spec.build(model, config, defaults, tokenizer, target=target, **options)
+
+
+def as_verifier(model, config: dict, defaults: dict, **sampling):
+    """An `sd.Verifier` around a loaded causal LM; refused for a drafter-only kind or a non-sampling option."""
+    from specdiff.engine.verifier import Verifier
+
+    spec = registry.recognise(config)
+    if not spec.can_verify:
+        raise ValueError(f"a verifier must be a causal LM; this checkpoint is a {spec.name} drafter "
+                         f"({spec.describes})")
+    unknown = sorted(set(sampling) - set(SAMPLING_KEYS))
+    if unknown:
+        raise ValueError(f"{', '.join(unknown)} do(es) not apply to a verifier; it takes {', '.join(SAMPLING_KEYS)}")
+    return Verifier(model, **{**defaults, **sampling})
 
 
 def wrap_distilled(built, verifier, **options):
@@ -247,19 +410,19 @@ def _zoo_target(config: dict):
     return None if name is None or name not in zoo.TRAINABLE else zoo.load(name)
 
 
-def load_tokenizer(name_or_path: str):
+def load_tokenizer(name_or_path: str | ModelRef):
     """The zoo tokenizer for zoo names, else the checkpoint's own (local files only; a GGUF file's own)."""
-    from specdiff import zoo
+    reference = ref(name_or_path, "verifier")
+    if reference.testbed:
+        from specdiff import zoo
 
-    if name_or_path in zoo.TRAINABLE:
         return zoo.tokenizer()
     from transformers import AutoTokenizer
 
-    if str(name_or_path).endswith(".gguf"):
-        path = Path(name_or_path)
-        return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name, local_files_only=True)
-
-    path = _local_dir(name_or_path)
+    if reference.source == "gguf":
+        return AutoTokenizer.from_pretrained(str(reference.path.parent), gguf_file=reference.path.name,
+                                             local_files_only=True)
+    path = _local_dir(reference)
     if not any((path / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")):
         return None  # a checkpoint without a tokenizer: ids only
     return AutoTokenizer.from_pretrained(path, local_files_only=True)
@@ -270,25 +433,25 @@ def drafter_kind(config: dict) -> str:
     return registry.recognise(config).name
 
 
-def load_model(name_or_path: str):
+def load_model(name_or_path: str | ModelRef):
     """(model in eval mode, config dict, sampling defaults) of a zoo name, fetched name, GGUF file or folder."""
-    from specdiff import zoo
+    reference = ref(name_or_path, "verifier")
+    if reference.testbed:
+        from specdiff import zoo
 
-    if name_or_path in zoo.TRAINABLE:
-        model = zoo.load(name_or_path)  # FileNotFoundError naming `specdiff zoo train` when not trained yet
-        config = _config(zoo.model_dir(name_or_path))
-        return model, config, dict(zoo.SAMPLING[name_or_path])
-    if str(name_or_path).endswith(".gguf"):
+        model = zoo.load(reference.reference)  # FileNotFoundError naming `specdiff zoo train` when not trained yet
+        return model, _config(reference.path), dict(zoo.SAMPLING[reference.reference])
+    if reference.source == "gguf":
         from specdiff.checkpoints import load_gguf
 
-        model, _ = load_gguf(name_or_path)
+        model, _ = load_gguf(reference.path)
         config = {**model.config.to_dict(), "architectures": [type(model).__name__]}  # a GGUF config names none
         return model, config, _sampling_defaults(model)
-    path = _local_dir(name_or_path)
+    path = _local_dir(reference)
     config = _config(path)
     import transformers
 
-    spec = registry.recognise(config)  # unrecognised kinds fail here, before any weights are read
+    spec = registry.get(reference.kind) if reference.kind else registry.recognise(config)  # unrecognised: fails here
     loader = spec.loader(config, transformers)
     model = loader.from_pretrained(path, local_files_only=True, trust_remote_code=spec.remote_code(config)).eval()
     return model, config, _sampling_defaults(model)
@@ -298,17 +461,16 @@ def _model_dtype(model):
     return next(model.parameters()).dtype
 
 
-def checkpoint_config(reference: str) -> dict:
+def checkpoint_config(reference: str | ModelRef) -> dict:
     """The config.json of a drafter reference (a distilled drafter, a zoo name or a local folder); {} for prompt
     lookup and for anything without one."""
-    from specdiff import zoo
-
-    folder = distilled.folder(reference) if reference != LOOKUP else None
-    if folder is None and reference in zoo.TRAINABLE:
-        folder = zoo.model_dir(reference)
-    if folder is None and reference != LOOKUP and (Path(reference) / "config.json").is_file():
-        folder = Path(reference)
-    return _config(folder) if folder is not None else {}
+    try:
+        resolved = ref(reference, "drafter")
+    except ValueError:
+        return {}
+    if resolved.path is None or not (resolved.path / "config.json").is_file():
+        return {}
+    return _config(resolved.path)
 
 
 def _config(folder) -> dict:
@@ -323,17 +485,19 @@ def _sampling_defaults(model) -> dict:
     return {k: getattr(generation, k) for k in SAMPLING_KEYS if getattr(generation, k, None) is not None}
 
 
-def _local_dir(name_or_path: str) -> Path:
-    """The folder of a fetched name (an error naming `specdiff models fetch` when not fetched) or a local path."""
+def _local_dir(reference: ModelRef) -> Path:
+    """The folder of a fetched reference (an error naming `specdiff models fetch` when not fetched) or a local path."""
     from specdiff import zoo
     from specdiff.checkpoints import FETCHABLE, require
 
-    if name_or_path in FETCHABLE:
-        return require(name_or_path)
-    path = Path(name_or_path)
+    if reference.source == "fetched":
+        return require(reference.reference)
+    if reference.source == "zoo":
+        return reference.path
+    path = reference.path
     if not (path / "config.json").is_file():
-        raise ValueError(f"unknown model {name_or_path!r}: not a zoo name ({', '.join(zoo.TRAINABLE)}), a fetchable "
-                         f"name ({', '.join(FETCHABLE)}: `specdiff models fetch NAME`), a drafter kind "
+        raise ValueError(f"unknown model {reference.reference!r}: not a zoo name ({', '.join(zoo.TRAINABLE)}), a "
+                         f"fetchable name ({', '.join(FETCHABLE)}: `specdiff models fetch NAME`), a drafter kind "
                          f"({', '.join(drafter_kinds())}, {LOOKUP}), a .gguf file nor a local directory with a "
                          "config.json (nothing is downloaded)")
     return path

@@ -1,9 +1,13 @@
-"""Issue 39, item 1: outside the kind modules no code compares a drafter kind with a string literal, under any
-variable name. What differs between kinds lives on its `KindSpec` (`specdiff.drafters.registry`).
+"""Issues 39 (item 1) and 52 (item 2): outside the kind modules no code chooses by a drafter kind's name, under any
+variable name. What differs between kinds lives on its `KindSpec` (`specdiff.drafters.registry`); what a demo or
+a bench does with a kind lives in their tables (`specdiff/runs/demo.toml`, `specdiff/bench/kinds.toml`).
 
-The check reads every module of the package as a syntax tree and flags each comparison (==, !=, in, not in)
-whose one side is a kind's name or alias ("masked", "ar", ...), or a tuple / list / set holding one. The
-exemptions are named: the kind modules themselves, the continuous half (its drafters are not these kinds), and
+The check reads every module of the package and of `tools/` as a syntax tree and flags:
+- each comparison (==, !=, in, not in) whose one side is a kind's name or alias ("masked", "ar", ...), or a
+  tuple / list / set holding one;
+- each membership test (in, not in) against a module-level name bound to such a tuple / list / set;
+- each `choices=` keyword (argparse) whose value holds a kind's name.
+The exemptions are named: the kind modules themselves, the continuous half (its drafters are not these kinds), and
 comparisons whose other side is one of `OTHER_VOCABULARIES`, where the same word means something else ("block"
 verification, a prefix cache's "block" attention)."""
 from __future__ import annotations
@@ -15,6 +19,7 @@ import specdiff
 from specdiff.drafters import registry
 
 ROOT = Path(specdiff.__file__).parent
+TOOLS = ROOT.parent / "tools"
 KIND_MODULES = {"drafters/registry.py", "drafters/masked.py", "drafters/block.py", "drafters/uniform.py",
                 "drafters/dflash.py", "drafters/autoregressive.py", "drafters/lookup.py", "drafters/datastore.py",
                 "drafters/hybrid.py"}
@@ -42,28 +47,51 @@ def _name(node) -> str | None:
     return None
 
 
-def kind_comparisons(root: Path = ROOT) -> list[str]:
-    """'path:line: source' of every comparison of a kind name with a literal outside the exemptions."""
+def _kind_collections(tree, words: set[str]) -> set[str]:
+    """Module-level names bound to a tuple / list / set literal holding a kind's name."""
+    names = set()
+    for node in tree.body:
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+            if any(word in words for word in _literals(node.value)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                names.update(t.id for t in targets if isinstance(t, ast.Name))
+    return names
+
+
+def kind_comparisons(root: Path = ROOT, prefix: str = "") -> list[str]:
+    """'path:line: source' of every choice by a kind name outside the exemptions (module docstring)."""
     words, found = _kind_words(), []
     for path in sorted(root.rglob("*.py")):
         relative = path.relative_to(root).as_posix()
-        if relative in KIND_MODULES or relative.startswith("continuous/"):
+        if not prefix and (relative in KIND_MODULES or relative.startswith("continuous/")):
             continue
         source = path.read_text()
-        for node in ast.walk(ast.parse(source)):
+        tree = ast.parse(source)
+        collections = _kind_collections(tree, words)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call):
+                flags = {flag.lstrip("-").replace("-", "_") for arg in node.args for flag in _literals(arg)}
+                for keyword in node.keywords:
+                    if keyword.arg == "choices" and not flags & OTHER_VOCABULARIES and any(
+                            word in words for word in _literals(keyword.value)):
+                        found.append(f"{prefix}{relative}:{keyword.value.lineno}: "
+                                     f"choices={ast.get_source_segment(source, keyword.value)}")
+                continue
             if not isinstance(node, ast.Compare) or not all(
                     isinstance(op, (ast.Eq, ast.NotEq, ast.In, ast.NotIn)) for op in node.ops):
                 continue
             sides = [node.left, *node.comparators]
             if any(_name(side) in OTHER_VOCABULARIES for side in sides):
                 continue
-            if any(word in words for side in sides for word in _literals(side)):
-                found.append(f"{relative}:{node.lineno}: {ast.get_source_segment(source, node)}")
+            member = any(isinstance(op, (ast.In, ast.NotIn)) for op in node.ops) and any(
+                isinstance(side, ast.Name) and side.id in collections for side in node.comparators)
+            if member or any(word in words for side in sides for word in _literals(side)):
+                found.append(f"{prefix}{relative}:{node.lineno}: {ast.get_source_segment(source, node)}")
     return found
 
 
 def test_no_kind_is_compared_with_a_string_literal_outside_the_kind_modules():
-    found = kind_comparisons()
+    found = kind_comparisons() + kind_comparisons(TOOLS, "tools/")
     assert found == [], "compare through the kind's KindSpec (or a recipe table) instead:\n" + "\n".join(found)
 
 
@@ -71,3 +99,11 @@ def test_the_check_finds_a_planted_comparison(tmp_path):
     (tmp_path / "planted.py").write_text("def f(drafter_name):\n    return drafter_name in ('x', 'dflash')\n"
                                          "def g(method):\n    return method == 'block'\n")
     assert kind_comparisons(tmp_path) == ["planted.py:2: drafter_name in ('x', 'dflash')"]
+
+
+def test_the_check_finds_planted_choices_and_membership_tests(tmp_path):
+    (tmp_path / "planted.py").write_text("LENIENT = ('masked', 'x')\n"
+                                         "def f(parser, kind):\n"
+                                         "    parser.add_argument('--kind', choices=('dflash', 'ar'))\n"
+                                         "    return kind in LENIENT\n")
+    assert sorted(kind_comparisons(tmp_path)) == ["planted.py:3: choices=('dflash', 'ar')", "planted.py:4: kind in LENIENT"]

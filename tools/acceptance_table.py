@@ -22,15 +22,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import doc_blocks  # noqa: E402
 from spec_bench_table import accepted_tau  # noqa: E402
 
-PLAIN_ROWS = ("ar", "hf")  # nothing is drafted
+from specdiff.bench.rows import HF, PLAIN  # noqa: E402
+
+PLAIN_ROWS = (PLAIN, HF)  # nothing is drafted
 
 
 def table(results: list[tuple[str, dict]]) -> str:
     """Rows: every drafting row of the first file (in its order), one line per file that has it."""
     first = results[0][1]
-    kinds = sorted(first["rows"]["ar"]["per_kind"])
+    kinds = sorted(first["rows"][PLAIN]["per_kind"])
     for source, result in results:
-        if sorted(result["rows"]["ar"]["per_kind"]) != kinds or result["prompts"] != first["prompts"]:
+        if sorted(result["rows"][PLAIN]["per_kind"]) != kinds or result["prompts"] != first["prompts"]:
             raise ValueError(f"{source}: not measured on the same prompts as {results[0][0]}")
     lines = ["| row | dtype | " + " | ".join(kinds) + " | overall |",
              "| --- | --- | " + " | ".join("---" for _ in kinds) + " | --- |"]

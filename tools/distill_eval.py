@@ -194,7 +194,6 @@ def load_drafter(reference: str, verifier, verifier_name: str | None = None) -> 
     verifier's model (`zoo.distilled.build`: refuses one trained for another verifier)."""
     from specdiff import models
     from specdiff.drafters import registry
-    from specdiff.training.distill import DEFAULTS
     from specdiff.zoo import distilled
 
     target = getattr(verifier, "model", verifier)
@@ -211,24 +210,33 @@ def load_drafter(reference: str, verifier, verifier_name: str | None = None) -> 
                     gamma=settings.get("gamma"), anchor_state=settings.get("anchor_state"))
     loaded = Loaded(name=str(reference), kind=kind, model=model, trained=1, blocks=[], folder=_relative(folder),
                     d2t=d2t, training={k: v for k, v in training.items() if v is not None})
-    if kind == "dflash":
-        model.float()  # the drafter trains in float32 (`training.distill`)
-        reads_anchor = bool(config.get("sample_from_anchor", False))  # DSpark: the anchor's slot predicts too
-        loaded.trained = int(config["block_size"]) - (0 if reads_anchor else 1)  # the block counts the anchor
-        embeddings = target.get_input_embeddings().weight.detach()
-        to_draft = torch.full((embeddings.shape[0],), -100, dtype=torch.long)
-        to_draft[d2t] = torch.arange(len(d2t))
-        loaded.tables = dict(embeddings=embeddings.float(), to_draft=to_draft,
-                             head=target.get_output_embeddings().weight.detach()[d2t].float())
-        loaded.layers = [int(i) + 1 for i in config["target_layer_ids"]]  # output_hidden_states' indices
-    elif kind == "masked":
-        loaded.trained = int(settings.get("block", DEFAULTS["masked"]["block"]))
-        loaded.drafter = models.wrap_distilled((model, config, d2t), verifier)  # K = 1, greedy
-    elif kind != "ar":
-        raise ValueError(f"--drafter {reference}: a {kind} drafter; this tool scores dflash, masked and ar")
-    if kind != "ar":
+    scorer = SCORERS.get(kind)
+    if scorer is None:
+        raise ValueError(f"--drafter {reference}: a {kind} drafter; this tool scores {', '.join(SCORERS)}")
+    scorer.prepare(loaded, config, settings, target, verifier)
+    if scorer.rolls_out:
         loaded.blocks = sorted({b for b in BLOCKS if b <= loaded.trained} | {loaded.trained})
     return loaded
+
+
+def _prepare_dflash(loaded: Loaded, config: dict, settings: dict, target, verifier) -> None:
+    loaded.model.float()  # the drafter trains in float32 (`training.distill`)
+    reads_anchor = bool(config.get("sample_from_anchor", False))  # DSpark: the anchor's slot predicts too
+    loaded.trained = int(config["block_size"]) - (0 if reads_anchor else 1)  # the block counts the anchor
+    embeddings = target.get_input_embeddings().weight.detach()
+    to_draft = torch.full((embeddings.shape[0],), -100, dtype=torch.long)
+    to_draft[loaded.d2t] = torch.arange(len(loaded.d2t))
+    loaded.tables = dict(embeddings=embeddings.float(), to_draft=to_draft,
+                         head=target.get_output_embeddings().weight.detach()[loaded.d2t].float())
+    loaded.layers = [int(i) + 1 for i in config["target_layer_ids"]]  # output_hidden_states' indices
+
+
+def _prepare_masked(loaded: Loaded, config: dict, settings: dict, target, verifier) -> None:
+    from specdiff import models
+    from specdiff.training.distill import DEFAULTS
+
+    loaded.trained = int(settings.get("block", DEFAULTS[loaded.kind]["block"]))
+    loaded.drafter = models.wrap_distilled((loaded.model, config, loaded.d2t), verifier)  # K = 1, greedy
 
 
 # -- predictions, teacher-forced ------------------------------------------------------------------------------------
@@ -284,11 +292,26 @@ def ar_predictions(loaded: Loaded, conversation, anchors: list[int]) -> torch.Te
 
 def predictions(loaded: Loaded, conversation, hidden_states, anchors: list[int], draft: int) -> torch.Tensor:
     """[A, draft] verifier ids of a drafter's teacher-forced draft of `draft` tokens after each anchor."""
-    if loaded.kind == "dflash":
-        return dflash_predictions(loaded, conversation, hidden_states, anchors, draft)
-    if loaded.kind == "masked":
-        return masked_predictions(loaded, conversation, anchors, draft)
-    return ar_predictions(loaded, conversation, anchors)
+    return SCORERS[loaded.kind].predict(loaded, conversation, hidden_states, anchors, draft)
+
+
+class Scorer:
+    """How this tool scores one distilled kind: `prepare` fills a `Loaded` from its checkpoint, `predict` drafts
+    teacher-forced after each anchor; `rolls_out`: it drafts k tokens per anchor (else position 1 only); `decodes`: `--decode` runs it at both width
+    rules (`decoded`)."""
+
+    def __init__(self, prepare, predict, rolls_out: bool, decodes: bool = False):
+        self.prepare, self.predict, self.rolls_out, self.decodes = prepare, predict, rolls_out, decodes
+
+
+# the tool's table of the distilled kinds it scores (the kinds `specdiff distill` trains), by kind name
+SCORERS = {
+    "dflash": Scorer(_prepare_dflash, dflash_predictions, rolls_out=True, decodes=True),
+    "masked": Scorer(_prepare_masked, lambda loaded, conversation, hidden, anchors, draft:
+                     masked_predictions(loaded, conversation, anchors, draft), rolls_out=True),
+    "ar": Scorer(lambda *args: None, lambda loaded, conversation, hidden, anchors, draft:
+                 ar_predictions(loaded, conversation, anchors), rolls_out=False),
+}
 
 
 def anchors_of(conversation, new_tokens: int, horizon: int = HORIZON) -> list[int]:
@@ -443,7 +466,7 @@ def main(argv=None) -> int:
                                                 held_out=score)
     if args.decode:
         for drafter in loaded:
-            if drafter.kind == "dflash":
+            if SCORERS[drafter.kind].decodes:
                 result["drafters"][drafter.name]["decoded"] = decoded(
                     drafter, verifier, tokenizer, conversations, args.decode_blocks, args.new_tokens, args.batch,
                     args.decode_rules)
@@ -454,7 +477,7 @@ def main(argv=None) -> int:
                                          drafter.training.get("conversations"))
             (score,), figures = evaluate([drafter], model, sample, None, args.new_tokens)
             result["drafters"][drafter.name]["train_sample"] = dict(**about, **figures, **score)
-    if any(d.kind == "ar" for d in loaded):
+    if any(not SCORERS[d.kind].rolls_out for d in loaded):
         result["ar_note"] = "ar drafters: position-1 accuracy only (teacher-forced next token, no k-step rollout)"
     result["seconds"] = round(time.perf_counter() - began, 1)
     text = json.dumps(result, indent=1)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import doc_blocks  # noqa: E402
+from specdiff.bench.rows import spec  # noqa: E402
 
 RULE_NAMES = {"lossless": "Lossless", "linear": "Linear λ", "typical": "Typical ε", "cactus": "Cactus δ",
               "tv": "TVBudget ε"}
@@ -69,12 +70,12 @@ def summary(out: dict) -> str:
              + (f", HF prompt lookup {rows['hf_lookup']['tokens_per_s']:.1f} (accepted "
                 f"{rows['hf_lookup']['mean_accepted']:.2f})" if "hf_lookup" in rows else "")]
     for kind, ratio in out["speedup_adaptive_vs_fixed"].items():
-        adaptive, fixed = rows[f"spec_{kind}_adaptive"], rows[f"spec_{kind}"]
+        adaptive, fixed = rows[spec(kind, adaptive=True).name], rows[spec(kind).name]
         lines.append(f"adaptive ({adaptive['config']['controller']}, B<={adaptive['config']['block_size']}): "
                      f"{adaptive['tokens_per_s']:.1f} tokens/s, {adaptive['tokens_per_round']:.3f} tokens/round; fixed "
                      f"(K={fixed['config']['steps']} B={fixed['config']['block_size']}): {fixed['tokens_per_s']:.1f}, "
                      f"{fixed['tokens_per_round']:.3f}; speedup_adaptive_vs_fixed {ratio:.3f}")
-        for name in (f"spec_{kind}", f"spec_{kind}_adaptive"):
+        for name in (spec(kind).name, spec(kind, adaptive=True).name):
             per_kind = {k: round(v["tokens_per_s"], 1) for k, v in rows[name]["per_kind"].items()}
             lines.append(f"  {name} tokens/s by kind: {per_kind}")
     return "\n".join(lines) + "\n"

@@ -34,6 +34,7 @@ def main(argv=None) -> int:
 
     from specdiff.bench import methods
     from specdiff.bench.figures import figures
+    from specdiff.bench.rows import PLAIN
     from specdiff.bench.timer import measure
     from specdiff.models import ModelCache
     from specdiff.runs import RunConfig
@@ -43,25 +44,25 @@ def main(argv=None) -> int:
     cache = ModelCache(dtype=args.dtype)
     verifier = cache.get(args.verifier, "verifier", temperature=0.0)
     prompts = validation_prompts(cache.tokenizer(args.verifier), args.prompts)
-    rows = {"ar": methods.plain(verifier)}
+    rows = {PLAIN: methods.plain(verifier)}
     for drafter in args.drafters:
         for block in args.blocks:
             config = RunConfig(name=f"{drafter} B={block}", drafter=drafter, verifier=args.verifier, block_size=block,
                                sampling={"temperature": 0.0})
             rows[config.name] = methods.speculative(config, cache)
-        if drafter.endswith("masked"):
+        if "steps" in cache.ref(drafter).spec.effort:  # a diffusion drafter: its K at one short B too
             for steps in (1, 2):
                 config = RunConfig(name=f"{drafter} B=4 K={steps}", drafter=drafter, verifier=args.verifier,
                                    block_size=4, steps=steps, sampling={"temperature": 0.0})
                 rows[config.name] = methods.speculative(config, cache)
     records = measure(rows, prompts, args.max_new_tokens, args.repeats, 0,
                       lambda *a: print(*a, file=sys.stderr, flush=True), phase="validation")
-    plain = figures(records["ar"], prompts)
+    plain = figures(records[PLAIN], prompts)
     step_ms = 1000 * plain["wall_s"] / max(plain["new_tokens"], 1)
     out = {"verifier": args.verifier, "dtype": args.dtype, "threads": args.threads, "prompts": len(prompts),
            "max_new_tokens": args.max_new_tokens, "plain_ms_per_token": step_ms, "rows": {}}
     for name in rows:
-        if name == "ar":
+        if name == PLAIN:
             continue
         row = figures(records[name], prompts)
         out["rows"][name] = {"draft_ms_per_round": row.get("draft_ms"), "cost_in_steps": row.get("draft_ms", 0) / step_ms,

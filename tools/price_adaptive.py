@@ -130,8 +130,7 @@ def main(argv=None) -> int:
         parser.error("--out is required to run")
     import torch
 
-    from specdiff.runs import ModelCache
-    from specdiff.runs.model_cache import quiet_transformers
+    from specdiff.models import ModelCache, quiet_transformers
 
     quiet_transformers()
     torch.set_num_threads(args.threads)

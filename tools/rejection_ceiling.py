@@ -34,8 +34,9 @@ import torch
 import specdiff.engine.generate as engine_generate
 from specdiff.acceptance import Cactus, Gated, Linear, Lossless, Typical, row_stats
 from specdiff.eval import tasks
-from specdiff.runs import ModelCache, RunConfig, build_generator
-from specdiff.runs.model_cache import quiet_transformers
+from specdiff.models import ModelCache
+from specdiff.runs import RunConfig, build_generator
+from specdiff.models import quiet_transformers
 from specdiff.theory import total_variation
 
 CERTAIN, UNSURE = 0.99, 0.7  # top-1 mass: certain at >= 0.99, unsure below 0.7

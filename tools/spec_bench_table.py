@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import doc_blocks  # noqa: E402
 
 from specdiff.bench.report import plain_row  # noqa: E402
+from specdiff.bench.rows import HF, is_plain  # noqa: E402
 
 
 def accepted_tau(figures: dict) -> str:
@@ -59,7 +60,7 @@ def table(result: dict, source: str) -> str:
               "| row | " + " | ".join(kinds) + " | overall |",
               "| --- | " + " | ".join("---" for _ in kinds) + " | --- |"]
     for name, row in rows.items():
-        if name in (base, "ar", "hf") or name.startswith("ar_batch"):
+        if name in (base, HF) or is_plain(row):
             continue
         own = rows[plain_row(name, row, base)]
         cells = []

@@ -48,7 +48,9 @@ def real_demo(dtype: str | None = None, plot: str | None = None, say=None, show_
 
 def table_rows(report: dict) -> list[dict]:
     """One line per row, plain decoding first: the figures the demo prints."""
-    rows, base = report["rows"], report["rows"]["ar"]["tokens_per_s"]
+    from specdiff.bench.rows import PLAIN
+
+    rows, base = report["rows"], report["rows"][PLAIN]["tokens_per_s"]
     lines = []
     for name, row in rows.items():
         lines.append({"row": name, "tokens_per_s": row["tokens_per_s"], "speedup_vs_ar": row["tokens_per_s"] / base,
@@ -65,6 +67,8 @@ def save_plot(report: dict, path: str) -> str:
     tau = 1 is what its drafter bought, its distance below the line what its drafting and verification cost."""
     import matplotlib
 
+    from specdiff.bench.rows import is_speculative
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -72,7 +76,8 @@ def save_plot(report: dict, path: str) -> str:
     colors = plt.get_cmap("tab10").colors
     for i, line in enumerate(table_rows(report)):
         same = line["up_to_ties"] if line["up_to_ties"] is not None else line["greedy_identical"]
-        color = colors[i % len(colors)] if line["row"].startswith("spec_") else "black"  # the plain rows: black
+        speculative = is_speculative(report["rows"][line["row"]])
+        color = colors[i % len(colors)] if speculative else "black"  # the plain and HF rows: black
         axis.plot(line["tokens_per_round"], line["speedup_vs_ar"], "o", markersize=9, color=color,
                   markerfacecolor=color if line["exact"] else "white", markeredgewidth=1.5,
                   label=f"{line['row']}: {line['speedup_vs_ar']:.2f}x, tau {line['tokens_per_round']:.2f}"

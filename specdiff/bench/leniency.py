@@ -1,6 +1,13 @@
 """`specdiff bench leniency`'s measurement (the command's docstring has the protocol): lenient rules tuned on
 validation problems against the lossless rule at the same effort, then both measured on held-out test problems
-with paired-bootstrap intervals."""
+with paired-bootstrap intervals.
+
+Why it keeps its own tuner and timer rather than `bench.tuner` and `bench.timer` (issue 52): the shared tuner
+chooses the fastest candidate by wall-clock tokens/s with a 2% tie rule and knows no accuracy; this bench chooses
+by priced throughput (each configuration's verifier and drafter calls priced once, `runs.call_costs`, so machine
+noise cannot reorder the candidates) under an accuracy-loss bound on validation, and it reports per-problem paired
+bootstrap intervals, which need each problem's accuracy and calls, not the shared timer's per-prompt medians. Its
+drafter's kinds and their proposal mode come from the bench's table (`bench/kinds.toml`)."""
 from __future__ import annotations
 
 import statistics
@@ -25,9 +32,9 @@ def run_leniency(args, say) -> dict:
     held-out test problems (module docstring); `args` holds the command's settings."""
     from specdiff.eval import tasks
     from specdiff.eval.pricing import price_ms
-    from specdiff.drafters import registry
-    from specdiff.models import DRAFTER_KINDS
-    from specdiff.runs import ModelCache, RunConfig, run_config
+    from specdiff.bench.settings import kind_settings
+    from specdiff.models import DRAFTER_KINDS, ModelCache
+    from specdiff.runs import RunConfig, run_config
     from specdiff.runs.call_costs import measure_call_costs
 
     drafter = DRAFTER_KINDS[args.drafter]
@@ -35,7 +42,7 @@ def run_leniency(args, say) -> dict:
     block = args.block_size
     length = getattr(cache.get(drafter, "drafter"), "block_length", None)  # a block drafter's trained length
     block = min(block, length) if length else block
-    proposal = registry.get(args.drafter).leniency_proposal  # the block drafter: exact only in point mass
+    proposal = kind_settings(args.drafter).get("leniency_proposal", "marginal")  # block: exact only in point mass
     costs = measure_call_costs("verifier", drafter, threads=args.threads)
     tune = tasks.arith_problems("validation", args.tune_problems)
     test = tasks.arith_problems("test", args.first_problem + args.problems)[args.first_problem:]

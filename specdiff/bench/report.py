@@ -15,7 +15,10 @@ suite, then the keys each suite's report has always had (their names and meaning
 """
 from __future__ import annotations
 
-HF_SPECULATIVE = ("hf_lookup", "hf_assisted")
+from specdiff.bench import rows as bench_rows
+from specdiff.bench.rows import HF, PLAIN, is_plain, plain_name
+
+HF_SPECULATIVE = (bench_rows.hf("hf_lookup").name, bench_rows.hf("hf_assisted").name)
 PER_ROUND = ("tokens_per_round", "ms_per_round", "draft_ms", "verify_ms")
 
 
@@ -33,7 +36,7 @@ def plain_row(name: str, row: dict, base: str) -> str:
     """The plain row a row's speedup is over: plain decoding at the row's batch (`ar_batch<N>`) for a batched row,
     else `base` (the faster of `ar` and `hf`)."""
     batch = (row.get("config") or {}).get("batch_size") or 1
-    return base if batch == 1 or name == f"ar_batch{batch}" else f"ar_batch{batch}"
+    return base if batch == 1 or is_plain(row) else plain_name(row)
 
 
 def _dtype(verifier) -> str:
@@ -45,8 +48,9 @@ def _prompts(rows, tuning, references, suite, verifier, steps_kinds) -> dict:
     from specdiff.bench.tradeoffs import summaries
 
     chosen, greedy = tuning["chosen"], verifier.temperature == 0
-    exact = [f"spec_{kind}" for kind in references if rows[f"spec_{kind}"]["exact"]]
-    ar_baseline = "ar" if rows["ar"]["tokens_per_s"] >= rows["hf"]["tokens_per_s"] else "hf"
+    fixed = {bench_rows.spec(kind).name: kind for kind in references}  # each drafter's tuned row
+    exact = [name for name in fixed if rows[name]["exact"]]
+    ar_baseline = PLAIN if rows[PLAIN]["tokens_per_s"] >= rows[HF]["tokens_per_s"] else HF
     speculative = [row for row in HF_SPECULATIVE if row in rows]
     hf_best = max(speculative, key=lambda row: rows[row]["tokens_per_s"]) if speculative else None
     out = {"ar_baseline": ar_baseline, "hf_best_speculative": hf_best}
@@ -58,7 +62,7 @@ def _prompts(rows, tuning, references, suite, verifier, steps_kinds) -> dict:
         tokens_per_s = rows[row]["tokens_per_s"]
         out.update({"speedup_vs_ar": tokens_per_s / rows[ar_baseline]["tokens_per_s"],
                     "speedup_vs_hf_best_speculative": tokens_per_s / rows[hf_best]["tokens_per_s"] if hf_best else None,
-                    "mean_accepted": rows[row]["mean_accepted"], "drafter": references[row[len("spec_"):]],
+                    "mean_accepted": rows[row]["mean_accepted"], "drafter": references[fixed[row]],
                     "row": row, "config": chosen[row]["config"]})
         if greedy:
             out["greedy_identical"] = rows[row]["greedy_identical"]
@@ -67,7 +71,7 @@ def _prompts(rows, tuning, references, suite, verifier, steps_kinds) -> dict:
     out["batch"] = {}
     for name, row in rows.items():  # a batched row beside plain decoding at its batch
         plain = plain_row(name, row, ar_baseline)
-        if name.startswith("spec_") and plain != ar_baseline:
+        if not is_plain(row) and plain != ar_baseline:
             out["batch"][name] = {"batch_size": row["config"]["batch_size"], "tokens_per_s": row["tokens_per_s"],
                                   "speedup_vs_ar_batch": row["tokens_per_s"] / rows[plain]["tokens_per_s"],
                                   "speedup_vs_ar": row["tokens_per_s"] / rows[ar_baseline]["tokens_per_s"]}
@@ -80,30 +84,33 @@ def _prompts(rows, tuning, references, suite, verifier, steps_kinds) -> dict:
 
 
 def _arith(rows, tuning, references, settings) -> dict:
+    from specdiff.drafters import registry
+
     kinds = list(references)
-    first = f"spec_{kinds[0]}"
-    legacy = {first: "spec", f"{first}_adaptive": "spec_adaptive",
-              **{f"{first}_batch{n}": f"spec_batch{n}" for n in settings.batch_sizes}}
+    first = bench_rows.spec(kinds[0]).name
+    ar_drafter = bench_rows.spec(next(spec.name for spec in registry.specs() if spec.can_verify)).name  # the AR kind's
+    legacy = {first: "spec", bench_rows.spec(kinds[0], adaptive=True).name: "spec_adaptive",  # the headline's old keys
+              **{bench_rows.spec(kinds[0], batch=n).name: f"spec_batch{n}" for n in settings.batch_sizes}}
     named = {legacy.get(name, name): row for name, row in rows.items()}
     median = {name: row["tokens_per_s"] for name, row in named.items()}
     cpu = {name: row["tokens_per_cpu_s"] for name, row in named.items()}
     accuracy = {name: row.get("accuracy") for name, row in named.items()}
-    ar_baseline = "ar" if median["ar"] >= median["hf"] else "hf"
-    base, base_cpu = median[ar_baseline], max(cpu["ar"], cpu["hf"])
+    ar_baseline = PLAIN if median[PLAIN] >= median[HF] else HF
+    base, base_cpu = median[ar_baseline], max(cpu[PLAIN], cpu[HF])
     spec = named["spec"]
     n = spec["prompts"]
     out = {"speedup_vs_ar": median["spec"] / base,
            "speedup_vs_hf_assisted": median["spec"] / median["hf_assisted"] if "hf_assisted" in median else None,
-           "speedup_ar_drafter_vs_ar": median["spec_ar"] / base if "spec_ar" in median else None,
+           "speedup_ar_drafter_vs_ar": median[ar_drafter] / base if ar_drafter in median else None,
            "batch8_vs_batch1": median["spec_batch8"] / median["spec"] if "spec_batch8" in median else None,
            "accuracy_ar": accuracy["ar"], "accuracy_spec": accuracy["spec"],
            "accuracy_stderr": (accuracy["ar"] * (1 - accuracy["ar"]) / n) ** 0.5,
            "mean_accepted": spec["mean_accepted"], "tokens_per_round": spec["tokens_per_round"], "exact": spec["exact"],
-           "best_config": spec["config"], "best_ar_drafter_block": (named.get("spec_ar") or {}).get("config", {}).get("block_size"),
+           "best_config": spec["config"], "best_ar_drafter_block": (named.get(ar_drafter) or {}).get("config", {}).get("block_size"),
            "tokens_per_s": median, "tokens_per_cpu_s": cpu,
            "cpu_time_ratios": {"speedup_vs_ar": cpu["spec"] / base_cpu,
                                "speedup_vs_hf_assisted": cpu["spec"] / cpu["hf_assisted"] if "hf_assisted" in cpu else None,
-                               "speedup_ar_drafter_vs_ar": cpu["spec_ar"] / base_cpu if "spec_ar" in cpu else None,
+                               "speedup_ar_drafter_vs_ar": cpu[ar_drafter] / base_cpu if ar_drafter in cpu else None,
                                "note": "tokens per CPU second of the process: insensitive to waiting for a core on a "
                                        "shared machine; the wall-clock ratios above are the headline"},
            "accuracy": accuracy, "ar_baseline": ar_baseline,
@@ -122,25 +129,26 @@ def _arith(rows, tuning, references, settings) -> dict:
                     "adaptive_per_round": _per_round(adaptive), "fixed_per_round": _per_round(spec),
                     "adaptive_cpu_time_ratios": {"speedup_adaptive_vs_ar": cpu["spec_adaptive"] / base_cpu,
                                                  "speedup_adaptive_vs_fixed": cpu["spec_adaptive"] / cpu["spec"]},
-                    "adaptive_tuning_grid": [row for row in tuning["grid"] if row["row"] == f"{first}_adaptive"]})
+                    "adaptive_tuning_grid": [row for row in tuning["grid"]
+                                             if row["row"] == bench_rows.spec(kinds[0], adaptive=True).name]})
     out["kinds"] = {kind: _kind(rows, tuning, kind, kind == kinds[0], base) for kind in kinds}
     return out
 
 
 def _kind(rows: dict, tuning: dict, kind: str, headline: bool, base: float) -> dict:
-    name = f"spec_{kind}"
+    name, adaptive_name = bench_rows.spec(kind).name, bench_rows.spec(kind, adaptive=True).name
     row = rows[name]
     out = {"speedup_vs_ar": row["tokens_per_s"] / base, "tokens_per_round": row["tokens_per_round"],
            "accuracy": row.get("accuracy"), "exact": row["exact"], "tokens_per_s": row["tokens_per_s"],
            "config": row["config"], "method": "spec" if headline else name,
            "tuning_grid": None if headline else [r for r in tuning["grid"] if r["row"] == name], **_per_round(row)}
-    adaptive = rows.get(f"{name}_adaptive")
+    adaptive = rows.get(adaptive_name)
     if adaptive is not None:
         out["adaptive"] = {"speedup_vs_ar": adaptive["tokens_per_s"] / base,
                            "speedup_vs_fixed": adaptive["tokens_per_s"] / row["tokens_per_s"],
                            "config": adaptive["config"], "controller": adaptive["config"]["controller"],
                            "accuracy": adaptive.get("accuracy"), "exact": adaptive["exact"],
-                           "tuning_grid": [r for r in tuning["grid"] if r["row"] == f"{name}_adaptive"],
+                           "tuning_grid": [r for r in tuning["grid"] if r["row"] == adaptive_name],
                            **_per_round(adaptive)}
     return out
 

@@ -8,15 +8,21 @@ Terms:
   default preset is `real` for a real verifier and `testbed` otherwise. Precedence, lowest first: the
   dataclass defaults, the preset, the flags and `--set`;
 - a kind's grid (`grid`): the run's grid (blocks, steps, thresholds, caches, ngrams), then the kind's own
-  (`KindSpec.bench_grid`) for the keys the user did not set, then the preset's `[kinds.NAME]` table.
+  (its table in `kinds.toml`, `kind_settings`) for the keys the user did not set, then the preset's
+  `[kinds.NAME]` table.
 """
 from __future__ import annotations
 
 import tomllib
 from dataclasses import MISSING, dataclass, field, fields, replace
+from functools import lru_cache
 from pathlib import Path
 
 PRESETS = Path(__file__).resolve().parent / "presets"
+ARITH_PROBLEMS = 500  # the arith suite's measured problems when `problems` is None
+ARITH_TUNE_PROBLEMS = 20  # ... and its validation problems when `tune_problems` is None
+KINDS = Path(__file__).resolve().parent / "kinds.toml"  # what the bench does with each drafter kind
+KIND_KEYS = ("controllers", "leniency", "leniency_proposal")  # the rest of a kind's table is its grid
 GRID_KEYS = ("blocks", "steps", "thresholds", "caches", "ngrams")
 
 
@@ -35,10 +41,13 @@ class Settings:
                                "distilled drafters or checkpoint folders (comma-separated or repeated)", flag=True,
                                metavar="KIND[,KIND...]")
     prompts_file: str | None = _f(None, "JSONL prompts measured ({\"messages\"} or {\"prompt\"} per line; a \"kind\" "
-                                  "key grouped in the report); never tuned on. Default: the preset's suite "
-                                  "(testbed: arith test problems; real: the shipped real_test.jsonl)", flag=True,
-                                  metavar="FILE")
-    problems: int | None = _f(None, "prompts measured (None: all from --first-problem on)", flag=True, metavar="N")
+                                  "key grouped in the report); never tuned on. On every preset, the testbed's included, "
+                                  "it is measured as the prompts suite and tuned on validation_file (default the shipped "
+                                  "real_validation.jsonl; spec_validation.jsonl for Spec-Bench's file), named in the "
+                                  "report's tuned_on. Default: the preset's suite (testbed: arith test problems; real: "
+                                  "the shipped real_test.jsonl)", flag=True, metavar="FILE")
+    problems: int | None = _f(None, f"prompts measured from --first-problem on (None: a prompts file in full; the arith "
+                              f"suite {ARITH_PROBLEMS})", flag=True, metavar="N")
     first_problem: int = _f(0, "measure prompts [first, first + problems): re-measure on other prompts", flag=True,
                             metavar="I")
     repeats: int = _f(3, "interleaved timed repeats of every row on each prompt (median per prompt)", flag=True,
@@ -53,7 +62,8 @@ class Settings:
                            flag=True, metavar="float32|bfloat16")
     suite: str = _f("arith", "what is measured and tuned on: arith (the testbed's problems) or prompts (files)")
     always_drafters: list = _f([], "drafters always measured; the first is the testbed report's `spec` row")
-    tune_problems: int | None = _f(None, "validation prompts for tuning (None: all)")
+    tune_problems: int | None = _f(None, f"validation prompts for tuning (None: a prompts suite's all; the arith suite "
+                                   f"{ARITH_TUNE_PROBLEMS})")
     validation_file: str | None = _f(None, "a prompts suite's validation prompts, tuned on (None: the shipped "
                                      "real_validation.jsonl; spec_validation.jsonl covers Spec-Bench's six kinds)")
     tune_max_new_tokens: int | None = _f(None, "max new tokens per validation prompt while tuning (None: "
@@ -127,10 +137,27 @@ def build(preset: str, given: dict) -> Settings:
     return settings
 
 
+@lru_cache(maxsize=1)
+def kind_table() -> dict:
+    """`kinds.toml`: {kind name: its bench settings} (that file's header says what each key means)."""
+    return tomllib.loads(KINDS.read_text())
+
+
+def kind_settings(name: str) -> dict:
+    """A kind's bench settings (`kind_table`); {} for a kind without a table."""
+    return kind_table().get(name, {})
+
+
+def leniency_kinds() -> list[str]:
+    """The kinds `specdiff bench leniency --drafter` takes (`leniency = true` in `kinds.toml`), the default first."""
+    return [name for name, table in kind_table().items() if table.get("leniency")]
+
+
 def grid(settings: Settings, spec) -> dict:
     """A kind's tuning grid (module docstring)."""
     out = {key: list(getattr(settings, key)) for key in GRID_KEYS}
-    out.update({key: list(value) for key, value in spec.bench_grid.items() if key not in settings.user_set})
+    out.update({key: list(value) for key, value in kind_settings(spec.name).items()
+                if key not in KIND_KEYS and key not in settings.user_set})
     out.update(settings.kinds.get(spec.name, {}))
     return out
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from specdiff.bench import methods as rows_
 from specdiff.bench import report as report_
+from specdiff.bench import rows as named
 from specdiff.bench import suites, tradeoffs, tuner
 from specdiff.bench.figures import figures
 from specdiff.bench.ties import up_to_ties
@@ -36,35 +37,41 @@ def speedup(settings, tuning: dict | None = None, say=None) -> dict:
     say(estimate(settings, references, suite, verifier, tuned=tuning is not None))
     tuning = tuning or tuner.tune(references, settings, suite, cache, verifier, say)
     chosen = tuning["chosen"]
-    methods = {"ar": rows_.plain(verifier), "hf": rows_.hf(verifier)}
-    if "hf_lookup" in chosen:
-        n = chosen["hf_lookup"]["config"]["prompt_lookup_num_tokens"]
-        methods["hf_lookup"] = rows_.hf(verifier, "hf_lookup", prompt_lookup_num_tokens=n,
-                                        config=chosen["hf_lookup"]["config"])
+    plain, hf, lookup, assisted = named.plain(), named.hf(), named.hf("hf_lookup"), named.hf("hf_assisted")
+    methods = {plain.name: rows_.plain(verifier, plain.name), hf.name: rows_.hf(verifier, hf.name)}
+    if lookup.name in chosen:
+        n = chosen[lookup.name]["config"]["prompt_lookup_num_tokens"]
+        methods[lookup.name] = rows_.hf(verifier, lookup.name, prompt_lookup_num_tokens=n,
+                                        config=chosen[lookup.name]["config"])
     assistant = assistant_reference(settings, references)
     if assistant is not None:
-        methods["hf_assisted"] = rows_.hf(verifier, "hf_assisted", assistant_model=load_assistant(assistant, verifier, cache),
+        methods[assisted.name] = rows_.hf(verifier, assisted.name,
+                                          assistant_model=load_assistant(assistant, verifier, cache),
                                           config={"assistant_model": assistant})
-    configs = {row: RunConfig(**{**chosen[row]["config"], "name": row}) for row in chosen
-               if row.startswith("spec_") and not row.endswith("_tree")}  # a tree's row is named by its budget below
-    methods.update({f"ar_batch{n}": rows_.plain(verifier, f"ar_batch{n}", n) for n in settings.batch_sizes})
+    tuned = {named.spec(kind, reference).name: kind for kind, reference in references.items()}
+    tuned.update({named.spec(kind, reference, adaptive=True).name: kind for kind, reference in references.items()})
+    configs = {row: RunConfig(**{**chosen[row]["config"], "name": row}) for row in chosen if row in tuned}
+    methods.update({row.name: rows_.plain(verifier, row.name, row.batch)
+                    for row in (named.plain(n) for n in settings.batch_sizes)})
     for kind in settings.batch_drafters or [next(iter(references))]:  # a batched row's ratio is over ar_batch<N>
-        configs.update({f"spec_{kind}_batch{n}": RunConfig(**{**chosen[f"spec_{kind}"]["config"], "batch_size": n,
-                                                              "name": f"spec_{kind}_batch{n}"})
-                        for n in settings.batch_sizes})
+        for n in settings.batch_sizes:
+            row = named.spec(kind, references[kind], batch=n)
+            configs[row.name] = RunConfig(**{**chosen[named.spec(kind).name]["config"], "batch_size": n,
+                                             "name": row.name})
     for kind in tuner.tree_kinds(references, settings):  # the budget chosen on validation (else each budget)
-        tree = chosen.get(f"spec_{kind}_tree")
-        budgets = [tree["config"]["tree_budget"]] if tree else settings.trees if f"spec_{kind}" in chosen else []
+        fixed = chosen.get(named.spec(kind).name)
+        tree = chosen.get(named.spec(kind, tree=0).name)
+        budgets = [tree["config"]["tree_budget"]] if tree else settings.trees if fixed else []
         for n in budgets:
-            base = tree["config"] if tree else chosen[f"spec_{kind}"]["config"]
-            configs[f"spec_{kind}_tree{n}"] = RunConfig(**{**base, "tree_budget": n, "name": f"spec_{kind}_tree{n}"})
+            row = named.spec(kind, references[kind], tree=n)
+            configs[row.name] = RunConfig(**{**(tree or fixed)["config"], "tree_budget": n, "name": row.name})
     steps_kinds = [kind for kind in references if "steps" in _spec(kind).effort]
     extra, lenient = tradeoffs.tradeoff_rows(steps_kinds, chosen, tuning["grid"], settings)
     configs.update(extra)
     methods.update({row: rows_.speculative(config, cache) for row, config in configs.items()})
     records = measure(methods, suite.test, settings.max_new_tokens, settings.repeats, settings.seed, say, phase="test")
     greedy = verifier.temperature == 0
-    reference = [r["ids"] for r in records["hf"]] if greedy else None
+    reference = [r["ids"] for r in records[hf.name]] if greedy else None
     tokenizer = cache.tokenizer(settings.verifier)
     rows = {}
     for name, method in methods.items():
@@ -74,7 +81,7 @@ def speedup(settings, tuning: dict | None = None, say=None) -> dict:
     if reference is not None:  # near-ties at the first difference from HF greedy (`ties`)
         up_to_ties(rows, suite.test, reference, records, verifier.model,
                    str(next(verifier.model.parameters()).dtype).removeprefix("torch."))
-    step_s = rows["ar"]["wall_s"] / max(rows["ar"]["new_tokens"], 1)  # one verifier forward of one token
+    step_s = rows[plain.name]["wall_s"] / max(rows[plain.name]["new_tokens"], 1)  # one verifier forward of one token
     for name in configs:  # the drafter's seconds per round, in verifier steps
         if rows[name].get("rounds"):
             rows[name]["drafter_cost_vs_verifier_step"] = rows[name]["draft_ms"] / 1000 / step_s
@@ -97,7 +104,7 @@ def drafter_references(settings) -> dict[str, str]:
     drafter replaces an always-measured one of its kind and is refused when it does not fit the verifier or
     names a kind twice; a preset's default that does not fit is skipped; a zoo model without weights is refused
     (naming `specdiff zoo train NAME`) before anything runs."""
-    from specdiff.models import check_pair, for_verifier, require_weights, resolve
+    from specdiff.models import pair, require_weights
 
     references, given = {}, set()
     entries = [(value, False) for value in settings.always_drafters]
@@ -105,9 +112,8 @@ def drafter_references(settings) -> dict[str, str]:
     for value, users in entries:
         for name in (part.strip() for part in str(value).split(",") if part.strip()):
             try:
-                check_pair(for_verifier(name, settings.verifier), settings.verifier)
-                kind, reference = resolve(name, settings.verifier)
-                check_pair(reference, settings.verifier)
+                drafter = pair(name, settings.verifier)[0]  # resolved once: named for the verifier, and checked
+                kind = drafter.spec.name
             except ValueError:
                 if users or name in settings.always_drafters:
                     raise
@@ -118,7 +124,7 @@ def drafter_references(settings) -> dict[str, str]:
                 given.add(kind)
             elif kind in references:
                 continue
-            references[kind] = reference
+            references[kind] = drafter.reference
     if not references:
         raise ValueError("--drafters names no drafter")
     for reference in references.values():
@@ -129,7 +135,7 @@ def drafter_references(settings) -> dict[str, str]:
 def assistant_reference(settings, references: dict) -> str | None:
     """`hf_assistant`, or by default the verifier's AR drafter (the kind that can verify) where one fits."""
     from specdiff.drafters import registry
-    from specdiff.models import check_pair, for_verifier, resolve
+    from specdiff.models import pair
 
     if settings.hf_assistant == "none":
         return None
@@ -137,8 +143,7 @@ def assistant_reference(settings, references: dict) -> str | None:
         return settings.hf_assistant
     kind = next(spec.name for spec in registry.specs() if spec.can_verify)
     try:
-        check_pair(for_verifier(kind, settings.verifier), settings.verifier)
-        return resolve(kind, settings.verifier)[1]
+        return pair(kind, settings.verifier)[0].reference
     except ValueError:
         return None
 
@@ -146,19 +151,18 @@ def assistant_reference(settings, references: dict) -> str | None:
 def load_assistant(reference: str, verifier, cache):
     """A full-vocabulary causal LM for transformers' assisted generation (a distilled AR drafter is completed with
     the verifier's embeddings); refused when it is not a causal LM or its vocabulary is not the verifier's."""
-    from specdiff import models
     from specdiff.zoo import distilled
 
-    folder = distilled.folder(reference)
-    if folder is not None:
-        model, config, d2t = distilled.build(folder, verifier.model, getattr(verifier, "name", None))
+    assistant = cache.ref(reference)
+    if assistant.source == "distilled":
+        model, config, d2t = distilled.build(assistant.path, verifier.model, getattr(verifier, "name", None))
         if d2t is not None:
             raise ValueError(f"--hf-assistant {reference}: a drafter with a reduced draft vocabulary cannot be "
                              "transformers' assistant (it takes a full-vocabulary causal LM)")
-    elif not models.kind_spec(reference).can_verify:
+    elif not assistant.spec.can_verify:
         raise ValueError(f"--hf-assistant {reference}: transformers' assisted generation needs a causal LM")
     else:
-        model = cache.get(reference, "drafter").model
+        model = cache.get(assistant).model
     if int(model.config.vocab_size) != verifier.vocab_size:
         raise ValueError(f"--hf-assistant {reference}: its vocabulary ({model.config.vocab_size} tokens) is not the "
                          f"verifier's ({verifier.vocab_size}); assisted generation here takes a full-vocabulary "
@@ -182,18 +186,12 @@ def estimate(settings, references: dict, suite, verifier, tuned: bool = False) -
     controlled = [kind for kind in references if not settings.controlled_kinds
                   or settings.controlled_kinds in _spec(kind).effort]
     adaptive = sum(len(tuner.controllers_of(settings, kind, i)) for i, kind in enumerate(references) if kind in controlled)
-    stepped = sum("steps" in _spec(kind).effort for kind in references)
     tune_tokens = 0 if tuned else ((candidates + 2 * adaptive) * suite.validation_size * settings.tune_repeats
                                    * (settings.tune_max_new_tokens or settings.max_new_tokens))
     tree_kinds = tuner.tree_kinds(references, settings)
     candidates += len(settings.trees) * len(tree_kinds) if len(settings.trees) > 1 else 0
-    trees = len(tree_kinds)
-    with_controllers = [kind for i, kind in enumerate(references)
-                        if kind in controlled and tuner.controllers_of(settings, kind, i)]
-    plain_rows = 2 + bool(settings.hf_lookup_tokens) + (settings.hf_assistant != "none")  # ar, hf, HF's speculative
-    batched = len(settings.batch_sizes) * (1 + max(len(settings.batch_drafters), 1))  # ar_batch<N> and each drafter's
-    rows = (plain_rows + len(references) + len(with_controllers) + batched + trees
-            + stepped * (len(settings.tradeoff_steps) + 2 * len(settings.leniency) * len(settings.leniency_steps)))
+    plan = planned_rows(settings, references)
+    rows = len(plan) + sum(row.rule is not None for row in plan)  # a leniency row is also run for its agreement
     n = len(suite.test)
     test_tokens = rows * n * (settings.repeats + 0.2) * settings.max_new_tokens
     minutes = (tune_tokens + test_tokens) * per_token / 60
@@ -202,11 +200,34 @@ def estimate(settings, references: dict, suite, verifier, tuned: bool = False) -
             f"{settings.repeats} repeats, at plain decoding's {1000 * per_token:.0f} ms/token (longer where rows are slower than plain decoding)")
 
 
+def planned_rows(settings, references: dict) -> list:
+    """The rows a run measures (`bench.rows.Row`), as far as they are known before tuning: a tree's node budget
+    and a tradeoff row at the tuned K are chosen on validation (each tree kind counts once, every tradeoff K)."""
+    controlled = [kind for kind in references if not settings.controlled_kinds
+                  or settings.controlled_kinds in _spec(kind).effort]
+    plan = [named.plain(), named.hf()]
+    plan += [named.hf("hf_lookup")] if settings.hf_lookup_tokens else []
+    plan += [named.hf("hf_assisted")] if settings.hf_assistant != "none" else []
+    for index, (kind, reference) in enumerate(references.items()):
+        plan.append(named.spec(kind, reference))
+        if kind in controlled and tuner.controllers_of(settings, kind, index):
+            plan.append(named.spec(kind, reference, adaptive=True))
+    for n in settings.batch_sizes:
+        plan.append(named.plain(n))
+        plan += [named.spec(kind, references.get(kind), batch=n)
+                 for kind in settings.batch_drafters or [next(iter(references))]]
+    plan += [named.spec(kind, references[kind], tree=0) for kind in tuner.tree_kinds(references, settings)]
+    for kind in (kind for kind in references if "steps" in _spec(kind).effort):
+        plan += [named.spec(kind, references[kind], steps=k) for k in settings.tradeoff_steps]
+        plan += [named.spec(kind, references[kind], steps=k, rule=str(entry))
+                 for k in settings.leniency_steps for entry in settings.leniency]
+    return plan
+
+
 def _setup(settings):
     import torch
 
-    from specdiff.models import ModelCache
-    from specdiff.runs.model_cache import quiet_transformers
+    from specdiff.models import ModelCache, quiet_transformers
 
     quiet_transformers()
     torch.set_num_threads(settings.threads)

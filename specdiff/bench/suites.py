@@ -6,7 +6,8 @@ Terms:
 - the arith suite: the testbed's arithmetic word problems, validation and test splits, scored like GSM8K;
 - a prompts suite: a JSONL prompts file (`--prompts-file`; default the shipped real_test.jsonl) measured, the
   shipped validation prompts tuned on (`validation_file`: real_validation.jsonl, or spec_validation.jsonl for
-  the Spec-Bench file); no answers.
+  the Spec-Bench file); no answers. `--prompts-file` means this on every preset, the testbed's included (issue 52:
+  the flag means one thing on every suite, and the report's `tuned_on` names the tuning set).
 """
 from __future__ import annotations
 
@@ -45,17 +46,20 @@ def suite(settings, tokenizer) -> Suite:
 
 
 def _arith_suite(settings, tokenizer) -> Suite:
+    from specdiff.bench.settings import ARITH_PROBLEMS, ARITH_TUNE_PROBLEMS
     from specdiff.eval import tasks
 
+    tune_problems = settings.tune_problems or ARITH_TUNE_PROBLEMS
+
     def prompts(split, first, n):
-        problems = tasks.arith_problems(split, first + (n if n is not None else 500))[first:]
+        problems = tasks.arith_problems(split, first + (n if n is not None else ARITH_PROBLEMS))[first:]
         return [Prompt(ids=list(tokenizer(p.prompt).input_ids), kind="", index=i, source=f"arith {split}",
                        target=p.target) for i, p in enumerate(problems, first)]
 
     return Suite("arith", lambda: prompts("test", settings.first_problem, settings.problems),
-                 lambda: prompts("validation", 0, settings.tune_problems or 20),
+                 lambda: prompts("validation", 0, tune_problems),
                  lambda text, prompt: bool(tasks.is_correct(text, prompt.target)), "arith test", "arith validation",
-                 settings.tune_problems or 20)
+                 tune_problems)
 
 
 def _prompts_suite(settings, tokenizer) -> Suite:

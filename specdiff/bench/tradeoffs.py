@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from specdiff.bench import rows as named
 from specdiff.bench.tuner import choose
 
 
@@ -28,28 +29,30 @@ def tradeoff_rows(kinds: list[str], chosen: dict, grid: list[dict], settings) ->
 
     extra, lenient = {}, {}
     for kind in kinds:
-        tuned = RunConfig(**chosen[f"spec_{kind}"]["config"])
+        fixed = named.spec(kind).name
+        tuned = RunConfig(**chosen[fixed]["config"])
         for k in settings.tradeoff_steps:
             if k == tuned.steps:
                 continue
-            mine = [row for row in grid if row["row"] == f"spec_{kind}" and row["config"].get("steps") == k]
+            mine = [row for row in grid if row["row"] == fixed and row["config"].get("steps") == k]
             config = RunConfig(**choose(mine)["config"]) if mine else (
                 replace(tuned, steps=k) if k <= tuned.block_size else None)
             if config is not None:
-                extra[f"spec_{kind} K={k}"] = replace(config, name=f"spec_{kind} K={k}")
+                name = named.spec(kind, tuned.drafter, steps=k).name
+                extra[name] = replace(config, name=name)
         if not settings.leniency:
             continue
         for k in settings.leniency_steps:
-            base = f"spec_{kind}" if k == tuned.steps else f"spec_{kind} K={k}"
-            if base not in extra and base != f"spec_{kind}":
+            base = fixed if k == tuned.steps else named.spec(kind, tuned.drafter, steps=k).name
+            if base not in extra and base != fixed:
                 if k > tuned.block_size:
                     continue
                 extra[base] = replace(tuned, name=base, steps=k)
-            lossless = tuned if base == f"spec_{kind}" else extra[base]
+            lossless = tuned if base == fixed else extra[base]
             lenient[base] = replace(lossless, name=base)  # its agreement: the timed lossless row itself
             for entry in settings.leniency:
                 rule, _, value = str(entry).partition(":")
-                name = f"spec_{kind} {rule} {float(value):g}" + (f" K={k}" if k != 1 else "")
+                name = named.spec(kind, tuned.drafter, steps=k, rule=f"{rule} {float(value):g}").name
                 extra[name] = replace(lossless, name=name, proposal="marginal", threshold=None, rule=rule,
                                       leniency=float(value))
                 lenient[name] = replace(extra[name])
@@ -97,11 +100,14 @@ def agreement(config, cache, prompts, max_new_tokens: int, seed: int) -> dict:
 def summaries(rows: dict, kinds: list[str], chosen: dict) -> dict:
     """The report's `k_tradeoff`, `leniency` and `speedup_adaptive_vs_fixed` keys, from the measured rows."""
     out = {"k_tradeoff": {}, "leniency": {}, "speedup_adaptive_vs_fixed": {}}
-    ar = rows["ar"]["tokens_per_s"]
+    ar = rows[named.PLAIN]["tokens_per_s"]
     for kind in kinds:
-        tuned = chosen[f"spec_{kind}"]["config"]
-        efforts = {tuned["steps"]: f"spec_{kind}"}
-        efforts.update({int(name.rsplit("=", 1)[1]): name for name in rows if name.startswith(f"spec_{kind} K=")})
+        fixed = named.spec(kind).name
+        tuned = chosen[fixed]["config"]
+        mine = [name for name, row in rows.items() if name != fixed and named.is_fixed_of(row, tuned["drafter"])]
+        efforts = {tuned["steps"]: fixed}  # the tuned row, then the lossless effort rows at other K
+        efforts.update({rows[name]["config"]["steps"]: name for name in mine
+                        if not rows[name].get("rule") and rows[name]["config"].get("rule", "lossless") == "lossless"})
         out["k_tradeoff"][kind] = [
             {"K": k, "row": name, "block_size": rows[name]["config"]["block_size"],
              "prefix_cache": rows[name]["config"]["prefix_cache"],
@@ -109,7 +115,7 @@ def summaries(rows: dict, kinds: list[str], chosen: dict) -> dict:
              "mean_accepted": rows[name]["mean_accepted"], "tokens_per_round": rows[name]["tokens_per_round"],
              "drafter_cost_vs_verifier_step": rows[name].get("drafter_cost_vs_verifier_step")}
             for k, name in sorted(efforts.items())]
-        lenient = [name for name in rows if name.startswith(f"spec_{kind} ") and rows[name].get("rule")]
+        lenient = [name for name in mine if rows[name].get("rule")]
         out["leniency"][kind] = []
         for k in sorted({rows[name]["config"]["steps"] for name in lenient}):
             lossless = efforts.get(k)
@@ -125,7 +131,7 @@ def summaries(rows: dict, kinds: list[str], chosen: dict) -> dict:
                 for name in [lossless] + [n for n in lenient if rows[n]["config"]["steps"] == k]]
         if not out["leniency"][kind]:
             del out["leniency"][kind]
-        adaptive = f"spec_{kind}_adaptive"
+        adaptive = named.spec(kind, adaptive=True).name
         if adaptive in rows:
-            out["speedup_adaptive_vs_fixed"][kind] = rows[adaptive]["tokens_per_s"] / rows[f"spec_{kind}"]["tokens_per_s"]
+            out["speedup_adaptive_vs_fixed"][kind] = rows[adaptive]["tokens_per_s"] / rows[fixed]["tokens_per_s"]
     return out

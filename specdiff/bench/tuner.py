@@ -20,6 +20,7 @@ import json
 from pathlib import Path
 
 from specdiff.bench import methods as rows
+from specdiff.bench import rows as named
 from specdiff.bench.figures import figures
 from specdiff.bench.settings import grid
 from specdiff.bench.timer import measure
@@ -38,24 +39,25 @@ def tune(references: dict, settings, suite, cache, verifier, say=None) -> dict:
     methods, groups = {}, {}
     for kind, reference in references.items():
         for config in candidates(kind, reference, settings):
-            methods[config.name], groups[config.name] = rows.speculative(config, cache), f"spec_{kind}"
+            methods[config.name], groups[config.name] = rows.speculative(config, cache), named.spec(kind).name
     for n in settings.hf_lookup_tokens:
         name = f"hf prompt lookup N={n}"
         methods[name] = rows.hf(verifier, name, prompt_lookup_num_tokens=n,
                                 config={"name": name, "prompt_lookup_num_tokens": n})
-        groups[name] = "hf_lookup"
+        groups[name] = named.hf("hf_lookup").name
     _run(methods, groups, suite, settings, tuning, say, "tune")
     methods, groups = {}, {}
     for index, (kind, reference) in enumerate(references.items()):
-        tuned = RunConfig(**tuning["chosen"][f"spec_{kind}"]["config"])
+        tuned = RunConfig(**tuning["chosen"][named.spec(kind).name]["config"])
+        group = named.spec(kind, adaptive=True).name
         for config in adaptive_candidates(kind, reference, tuned, settings, controllers_of(settings, kind, index)):
-            methods[config.name], groups[config.name] = rows.speculative(config, cache), f"spec_{kind}_adaptive"
+            methods[config.name], groups[config.name] = rows.speculative(config, cache), group
     if methods:
         _run(methods, groups, suite, settings, tuning, say, "tune adaptive")
     methods, groups = {}, {}
     for kind in tree_kinds(references, settings) if len(settings.trees) > 1 else []:  # one budget: no choice
-        for config in tree_candidates(kind, RunConfig(**tuning["chosen"][f"spec_{kind}"]["config"]), settings):
-            methods[config.name], groups[config.name] = rows.speculative(config, cache), f"spec_{kind}_tree"
+        for config in tree_candidates(kind, RunConfig(**tuning["chosen"][named.spec(kind).name]["config"]), settings):
+            methods[config.name], groups[config.name] = rows.speculative(config, cache), named.spec(kind, tree=0).name
     if methods:
         _run(methods, groups, suite, settings, tuning, say, "tune trees")
     tuning.update(prompts=len(suite.validation), kinds=sorted({p.kind for p in suite.validation}))
@@ -121,10 +123,10 @@ def tree_candidates(kind: str, tuned, settings) -> list:
 
 def controllers_of(settings, kind: str, index: int) -> list:
     """The controllers tried on a drafter: the first drafter's `controllers`, the others' `kind_controllers`
-    (each None: the kind's own `bench_controllers`); a kind without controllers of its own gets none."""
-    from specdiff.drafters import registry
+    (each None: the kind's own, `kinds.toml`); a kind without controllers of its own gets none."""
+    from specdiff.bench.settings import kind_settings
 
-    own = registry.get(kind).bench_controllers
+    own = kind_settings(kind).get("controllers", ())
     given = settings.kind_controllers if index and settings.kind_controllers is not None else settings.controllers
     return list(own if given is None or not own else given)  # a kind without controllers of its own takes none
 

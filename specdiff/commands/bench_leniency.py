@@ -26,11 +26,14 @@ from specdiff.argtypes import nonnegative_int, positive_int
 
 # (name, RunConfig keywords): the lenient candidates tuned at every K
 def register(which) -> None:
+    from specdiff.bench.settings import leniency_kinds
+
     p = which.add_parser("leniency", help="the validation-tuned leniency rule against the best lossless "
                                           "configuration, on held-out test problems (JSON)",
                          description=__doc__.splitlines()[0])
     p.add_argument("--json", action="store_true", help="print only the JSON result")
-    p.add_argument("--drafter", choices=("masked", "block"), default="masked", help="drafter kind (its zoo model)")
+    p.add_argument("--drafter", choices=leniency_kinds(), default=leniency_kinds()[0],
+                   help="drafter kind (its zoo model; specdiff/bench/kinds.toml names the kinds this bench takes)")
     p.add_argument("--steps", type=positive_int, nargs="+", default=[2, 4], help="K grid (default 2 4)")
     p.add_argument("--threshold", type=float, nargs="+", default=None,
                    help="a confidence-threshold grid tau in (0, 1] to tune over instead of K")
@@ -50,7 +53,7 @@ def run(args) -> int:
     import torch
 
     from specdiff.bench.leniency import run_leniency
-    from specdiff.runs.model_cache import quiet_transformers
+    from specdiff.models import quiet_transformers
 
     if not 0 <= args.loss < 1:
         raise ValueError(f"--loss must be in [0, 1), got {args.loss}")

@@ -17,8 +17,10 @@ from specdiff.argtypes import positive_int
 
 def register(which) -> None:
     bench = which.add_parser("stateful", help="rollback cost of a hybrid (Qwen3.5-shaped) verifier beside an attention one")
-    bench.add_argument("--verifier", help="a saved hybrid verifier (default: build a tiny Qwen3.5-shaped one)")
-    bench.add_argument("--drafter", help="its drafter (default: the verifier's perturbed copy)")
+    bench.add_argument("--verifier", "--target", dest="verifier",
+                       help="a hybrid verifier: any name `specdiff generate --verifier` takes (a saved folder, a fetched "
+                            "name); default: build a tiny Qwen3.5-shaped one. --target: a deprecated alias")
+    bench.add_argument("--drafter", help="its drafter, a causal LM (default: the verifier's perturbed copy)")
     bench.add_argument("--save", help="save the built hybrid pair to DIR/verifier and DIR/drafter, then measure it")
     bench.add_argument("--json", action="store_true", help="print only the JSON result")
     bench.add_argument("--threads", type=positive_int, default=1)
@@ -33,12 +35,12 @@ def run(args) -> int:
     import torch
 
     from specdiff.bench.stateful import hf_assisted, measure, tiny_pair
-    from transformers import AutoModelForCausalLM
+    from specdiff.models import ModelCache
 
     torch.set_num_threads(args.threads)
     if args.verifier:
-        hybrid = AutoModelForCausalLM.from_pretrained(args.verifier).eval()
-        drafter = AutoModelForCausalLM.from_pretrained(args.drafter or args.verifier).eval()
+        hybrid = ModelCache(dtype="float32").model(args.verifier)  # resolved and loaded by `specdiff.models`
+        drafter = ModelCache(dtype="float32").model(args.drafter or args.verifier)  # its own copy, even of one name
     else:
         hybrid, drafter = tiny_pair("hybrid")
         if args.save:

@@ -10,7 +10,7 @@ On the same models, prompts and settings it times:
 At each concurrency c, c requests arrive together and each generates `--tokens` tokens (EOS ignored);
 tokens/s = c * tokens / wall time, the median of `--repeats` timed runs after one warm-up. vLLM runs in
 this process (VLLM_ENABLE_V1_MULTIPROCESSING=0, one worker) with a fixed torch thread count, as the
-engine does. Without --target, a tiny Qwen3 pair (head_dim 32, which vLLM's CPU attention needs) and a
+engine does. Without --verifier, a tiny Qwen3 pair (head_dim 32, which vLLM's CPU attention needs) and a
 masked drafter from the target's weights are built in a temporary directory: the zoo's testbed models
 (head_dim 24 and 16) do not load in vLLM's CPU backend.
 
@@ -18,8 +18,9 @@ masked drafter from the target's weights are built in a temporary directory: the
 or CUDA; else float32; `specdiff.integrations.vllm.bench.default_dtype`): the dtype vLLM and specdiff's
 engine run in, named in the JSON's settings.
 
-`--verifier NAME|FOLDER` (a real verifier: a fetched name such as smollm2-135m-instruct, or its converted
-folder) times vLLM on it without speculation and with `DiffusionProposer` running `--drafter` (a masked
+`--verifier` names the target model on every bench subcommand. With `--draft` (and `--masked`) it is the pair
+bench above on that checkpoint; alone, `--verifier NAME|FOLDER` (a real verifier: a fetched name such as
+smollm2-135m-instruct, or its converted folder) times vLLM on it without speculation and with `DiffusionProposer` running `--drafter` (a masked
 drafter specdiff distilled for it: its name, e.g. smollm2-135m-instruct-masked, the default where shipped,
 or a folder), on the bench's held-out chat prompts (`specdiff.runs.prompts.TEST_FILE`, through the
 verifier's chat template, cycled to the largest concurrency), Lossless unless `--lam` > 0 (Linear),
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 
 from specdiff.argtypes import positive_float, positive_int
 
@@ -42,13 +44,16 @@ from specdiff.argtypes import positive_float, positive_int
 def register(which) -> None:
     parser = which.add_parser("vllm", help="vLLM + specdiff (plugin, DiffusionProposer) against specdiff's engine")
     parser.add_argument("--json", action="store_true", help="print only the JSON result")
-    parser.add_argument("--target", help="target checkpoint (default: a tiny Qwen3 built here)")
-    parser.add_argument("--draft", help="draft model for draft_model drafting (default: built with the target)")
+    parser.add_argument("--target", help="deprecated alias of --verifier (the target checkpoint, with --draft)")
+    parser.add_argument("--draft", help="draft model for draft_model drafting (default: built with the target); "
+                                        "with --verifier: the pair bench on those checkpoints")
     parser.add_argument("--masked", "--drafter", dest="masked",
                         help="masked diffusion drafter for DiffusionProposer (default: built; with --verifier, the "
                              "masked drafter distilled for it: a name or a folder)")
-    parser.add_argument("--verifier", help="a real verifier (a fetched name or its converted folder): vLLM without "
-                                           "speculation against vLLM + DiffusionProposer, on chat prompts")
+    parser.add_argument("--verifier", help="the target model (default: a tiny Qwen3 built here). With --draft and "
+                                           "--masked: the pair bench on those checkpoints; alone, a real verifier (a "
+                                           "fetched name or its converted folder): vLLM without speculation against "
+                                           "vLLM + DiffusionProposer, on chat prompts")
     parser.add_argument("--concurrency", type=positive_int, nargs="+", default=[1, 32])
     parser.add_argument("--tokens", type=positive_int, default=64, help="tokens generated per request")
     parser.add_argument("--block", type=positive_int, default=4, help="drafted tokens per round (B)")
@@ -76,6 +81,12 @@ def register(which) -> None:
 
 def run(args) -> int:
     from specdiff.integrations.vllm import bench
+
+    if args.target is not None:  # the old spelling of the target model
+        if args.verifier is not None and args.verifier != args.target:
+            raise ValueError("--target is a deprecated alias of --verifier: give one of them")
+        print("specdiff bench vllm: --target is deprecated, use --verifier", file=sys.stderr)
+        args.verifier = args.target
 
     report = bench.run(args, log=None if args.json else _log)
     print(json.dumps(report, indent=None if args.json else 2))

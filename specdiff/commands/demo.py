@@ -102,8 +102,8 @@ def run(args) -> int:
         raise ValueError("--dtype is for --real: the testbed models are float32")
     import torch
 
-    from specdiff.runs.demo import run_demo, save_frontier_plot
-    from specdiff.runs.model_cache import quiet_transformers
+    from specdiff.runs.demo import default_kinds, run_demo, save_frontier_plot
+    from specdiff.models import quiet_transformers
 
     quiet_transformers()
     torch.set_num_threads(args.threads)
@@ -115,7 +115,7 @@ def run(args) -> int:
                 raise ValueError("the adaptive row needs a controller, not 'none'")
         except ValueError as error:
             raise ValueError(f"--controller: {error}") from None
-    out = run_demo(args.drafter or ["masked"], args.problems, args.max_new_tokens, args.seed, args.controller,
+    out = run_demo(args.drafter or default_kinds(), args.problems, args.max_new_tokens, args.seed, args.controller,
                    show_progress=not args.json)
     out["threads"] = args.threads
     if args.plot:

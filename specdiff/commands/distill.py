@@ -18,7 +18,7 @@ def register(subparsers) -> None:
     distill = subparsers.add_parser("distill", help="drafters trained for your verifier, and their data",
                                     description="Distillation for a user's verifier (docs/distill.md).")
     distill.add_argument("--verifier", help="a fetched name, local folder or .gguf file")
-    distill.add_argument("--kind", choices=("dflash", "ar", "masked"), help="dflash: one-step block drafter on the "
+    distill.add_argument("--kind", metavar="KIND", help="a kind distilled for a real verifier. dflash: one-step block drafter on the "
                          "verifier's hidden states, reduced draft vocabulary; ar: small full-vocabulary causal LM; "
                          "masked: standalone Dream-style masked diffusion drafter over the draft vocabulary")
     distill.add_argument("--out", help="output folder (resumes from its checkpoint.pt)")
@@ -72,7 +72,7 @@ def register(subparsers) -> None:
 def run_data(args) -> int:
     import torch
 
-    from specdiff.runs.model_cache import quiet_transformers
+    from specdiff.models import quiet_transformers
     from specdiff.zoo_tools.distill_data import generate
 
     quiet_transformers()
@@ -93,13 +93,17 @@ def run_data(args) -> int:
 def run_train(args) -> int:
     import torch
 
-    from specdiff.runs.model_cache import quiet_transformers
+    from specdiff.models import quiet_transformers
     from specdiff.training.distill import DRAFT_SIZE, train
 
     if not (args.verifier and args.kind and args.out):
         missing = [flag for flag, value in (("--verifier", args.verifier), ("--kind", args.kind),
                                             ("--out", args.out)) if not value]
         raise ValueError(f"specdiff distill needs {', '.join(missing)} (or the `data` subcommand)")
+    from specdiff.models import distilled_kinds
+
+    if args.kind not in distilled_kinds():  # the kinds with a distilled role (`KindSpec.distilled_role`)
+        raise ValueError(f"--kind {args.kind!r}: expected one of {', '.join(distilled_kinds())}")
     quiet_transformers()
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -60,7 +60,7 @@ def run(args) -> int:
     import torch
 
     from specdiff.runs.evaluate import evaluate
-    from specdiff.runs.model_cache import quiet_transformers
+    from specdiff.models import quiet_transformers
 
     quiet_transformers()
     torch.set_num_threads(args.threads)
@@ -91,7 +91,7 @@ def eval_config(args):
 def config_name(args) -> str:
     """A short label: `masked-drafter K=2 B=8 linear(0.2)`, `verifier (autoregressive)`."""
     if args.drafter is None:
-        from specdiff.runs.kinds import default_drafter
+        from specdiff.models import default_drafter
 
         args.drafter = default_drafter(args.verifier)
     if str(args.drafter).lower() == "none":

@@ -74,8 +74,8 @@ def run(args) -> int:
     sampling = sampling_of(args)
     import torch
 
-    from specdiff.runs.model_cache import quiet_transformers
-    from specdiff.runs import ModelCache, build_generator
+    from specdiff.models import ModelCache, quiet_transformers
+    from specdiff.runs import build_generator
 
     quiet_transformers()
     if args.threads:

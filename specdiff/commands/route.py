@@ -44,7 +44,7 @@ def _need_action(parser) -> int:
 def run_fit(args) -> int:
     import torch
 
-    from specdiff.runs.model_cache import quiet_transformers
+    from specdiff.models import quiet_transformers
     from specdiff.runs.route_fit import fit_store_router
 
     quiet_transformers()

@@ -102,7 +102,7 @@ def run_eval(args: argparse.Namespace) -> int:
     from specdiff.zoo_tools.evaluate import evaluate
 
     if args.models:
-        from specdiff.runs.kinds import require_weights
+        from specdiff.models import require_weights
 
         for name in args.models:
             require_weights(name)

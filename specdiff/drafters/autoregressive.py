@@ -140,8 +140,6 @@ class AutoregressiveKind(KindSpec):
     name, aliases, zoo_model, distilled_role, priority = "ar", ("autoregressive",), "ar-drafter", "distilled-ar", 90
     describes = "causal LMs (*ForCausalLM: Qwen2, Qwen3, Gemma, Llama, ...)"
     can_verify, ignores_effort, label = True, True, "AR drafter"
-    demo_rows = (dict(block_size=4), dict(block_size=12), dict(rule="linear", leniency=0.2))
-    bench_grid = {"blocks": [4, 8, 12]}
 
     def recognise(self, config):
         return ("ForCausalLM" in " ".join(config.get("architectures") or [])

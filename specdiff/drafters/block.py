@@ -81,12 +81,6 @@ class BlockKind(MaskedKind):
     describes = "SDAR (model_type sdar), specdiff block drafters"
     option_keys = ("steps", "threshold", "order", "shift_logits", "mask_token_id", "pad_token_id", "block_length")
     model_types = ("sdar", "SDAR")
-    demo_rows = (dict(steps=2), dict(steps=4), dict(steps=8), dict(threshold=0.9),
-                 dict(threshold=0.9, proposal="point_mass"), dict(steps=4, rule="linear", leniency=0.2))
-    demo_adaptive = None
-    leniency_proposal = "point_mass"  # q is its marginal only at one step: the leniency bench verifies point masses
-    bench_grid = {"steps": [2, 4, 8], "thresholds": [0.7, 0.9]}
-    bench_controllers = ("confidence:floor=0,finish=0.9", "confidence:floor=0.3", "acceptance:margin=2")
 
     def recognise(self, config):
         return (config.get("specdiff_role") == "block-drafter" or config.get("model_type") in self.model_types

@@ -234,8 +234,6 @@ class DatastoreKind(KindSpec):
             _INDEXES[str(folder)] = from_shards(folder)
         return DatastoreDrafter(_INDEXES[str(folder)], **options)
 
-    bench_grid = {"ngrams": [8, 12]}  # its own longest matches (prompt lookup's are shorter)
-
     def bench_candidates(self, block, grid):
         """One candidate per longest match (`ngrams`) at this B."""
         return [(f"datastore B={block} n={n}", {"block_size": block, "extra": {"max_ngram": min(max(n, 2), 16)}})

@@ -286,9 +286,6 @@ class DFlashKind(KindSpec):
     describes = "DFlash draft models (config with target_layer_ids and block_size)"
     option_keys = ("mask_token_id", "at_trained_width")
     needs_target = True
-    demo_rows = (dict(), dict(block_size=16), dict(rule="linear", leniency=0.2))
-    bench_controllers = ("confidence:floor=0.3", "confidence:floor=0.5", "acceptance:margin=2",
-                         "confidence:floor=0.3+acceptance:margin=2")
 
     def recognise(self, config):
         return config.get("specdiff_role") == "dflash-drafter" or (

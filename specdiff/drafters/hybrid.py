@@ -166,8 +166,6 @@ class HybridKind(KindSpec):
             raise ValueError("the hybrid proposer needs a model drafter and a free drafter (its parts)")
         return HybridDrafter(parts[0], list(parts[1:]), min_match=options.get("min_match", 3))
 
-    bench_grid = {"min_matches": [3, 6]}
-
     def bench_candidates(self, block, grid):
         """One candidate per long-match length (`min_matches`) at this B."""
         return [(f"hybrid B={block} m={m}", {"block_size": block, "extra": {"min_match": m}})

@@ -220,19 +220,6 @@ class MaskedKind(KindSpec):
     option_keys = ("steps", "threshold", "order", "prefix_cache", "shift_logits", "mask_token_id", "pad_token_id")
     effort = ("steps", "threshold")
     model_types = ("Dream", "llada", "LLaDA")
-    demo_rows = tuple(dict(row, prefix_cache="persistent") for row in (
-        dict(steps=1), dict(steps=4, block_size=16), dict(steps=4, block_size=16, proposal="point_mass"),
-        dict(steps=4, block_size=16, rule="linear", leniency=0.1),
-        # Medusa's typical acceptance: lenient only where the verifier finds the draft plausible (docs/leniency.md)
-        dict(steps=4, block_size=16, rule="typical", leniency=0.09),
-        dict(steps=2, rule="linear", leniency=0.2), dict(steps=1, rule="linear", leniency=0.3)))
-    # at most K = 4 steps over B = 16, every position the drafter is at least 0.9 sure of unmasked at once;
-    # point mass, so exact whatever the unmasking order (docs/adaptive.md)
-    demo_adaptive = dict(steps=4, block_size=16, proposal="point_mass", prefix_cache="persistent",
-                         controller="confidence:floor=0,finish=0.9")
-    bench_controllers = ("confidence:floor=0,finish=0.9", "confidence:floor=0,finish=0.8",
-                         "confidence:floor=0.3,finish=0.9", "confidence:floor=0,finish=0.9+acceptance:margin=4")
-    leniency_bench = True
 
     def recognise(self, config):
         architectures = " ".join(config.get("architectures") or [])

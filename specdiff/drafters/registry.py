@@ -20,13 +20,14 @@ Terms:
 - marginal_exact(effort): whether its q is the exact marginal at that effort, so that marginal-mode
   verification is lossless (otherwise it is verified as a point mass);
 - effort_grid(steps, thresholds): the efforts a tuner tries (each a dict of RunConfig fields);
-- demo_rows, demo_adaptive: its rows in `specdiff demo` (effort first, then leniency; a point-mass row where
-  marginal mode is approximate);
-- bench_grid: its own tuning grid in `specdiff bench` (keys of the bench's grid: blocks, steps, thresholds,
-  caches, ngrams), over the preset's and under what a user sets; bench_controllers: the run-time controllers
-  tried on its tuned configuration; leniency_bench: whether `specdiff bench leniency` takes it;
-- bench_candidates(block, grid): the tuning candidates at one B (row name, RunConfig fields);
-  trained_block(config): the longest B a drafter was trained for (None: any).
+  bench_candidates(block, grid): the tuning candidates at one B (row name, RunConfig fields);
+  trained_block(config): the longest B a drafter was trained for (None: any);
+- build_distilled(model, verifier, draft_to_target), distilled_model(model_config, weights, target,
+  draft_to_target), finish_distilled(model): a drafter of the kind distilled for a real verifier
+  (`specdiff.zoo.distilled`), for the kinds with a `distilled_role`.
+A spec describes the kind only. What a demo or a bench does with it (its demo rows, its bench grid and
+controllers, whether the leniency bench takes it) lives with them: `specdiff/runs/demo.toml` and
+`specdiff/bench/kinds.toml` (issue 52).
 """
 from __future__ import annotations
 
@@ -53,12 +54,6 @@ class KindSpec:
     can_verify: bool = False  # a causal LM: the only kind that can also be a verifier
     ignores_effort: bool = False  # takes any steps/threshold silently (one shared sweep grid), e.g. ar, lookup
     label: str = ""  # its row name in tables ("AR drafter"); default: its name
-    leniency_proposal: str = "marginal"  # the proposal mode of `specdiff bench leniency` rows
-    demo_rows: tuple[dict, ...] = ()  # `specdiff demo --drafter KIND`: RunConfig fields per row (B = 8 unless given)
-    demo_adaptive: dict | None = None  # its adaptive demo row (RunConfig fields), if it has one
-    bench_grid: dict = {}  # `specdiff bench`: its own grid keys (blocks, steps, thresholds, caches, ngrams)
-    bench_controllers: tuple[str, ...] = ()  # `specdiff bench`: controllers tried on its tuned configuration
-    leniency_bench: bool = False  # `specdiff bench leniency --drafter KIND` takes it
 
     def recognise(self, config: dict) -> bool:
         return False
@@ -84,12 +79,17 @@ class KindSpec:
         return []
 
     def build_distilled(self, model, verifier, draft_to_target, **options):
+        """The drafter around a distilled model (`specdiff.zoo.distilled.build`), fitted to `verifier`."""
         raise ValueError(f"no distilled drafter of kind {self.name!r}")
 
-    def complete_distilled(self, model, config: dict, verifier_model, draft_to_target) -> set[str]:
-        """Sets the weights a distilled drafter shares with its verifier; returns the parameter names that the
-        stored file may lack because of it."""
-        return set()
+    def distilled_model(self, model_config, weights: dict, target, draft_to_target) -> tuple:
+        """(an empty model of a distilled drafter's config, the parameter names its stored weights lack because they
+        are the verifier's): sets those shared weights from `target` into `weights`."""
+        raise ValueError(f"no distilled drafter of kind {self.name!r}")
+
+    def finish_distilled(self, model) -> None:
+        """What a distilled model needs once its weights are loaded (tying its head to its embeddings); most
+        kinds need nothing."""
 
     def check_options(self, options: dict) -> None:
         allowed = SAMPLING_KEYS + self.option_keys

@@ -242,9 +242,6 @@ class UniformKind(KindSpec):
     describes = "DiffusionGemma (model_type diffusion_gemma), specdiff uniform drafters"
     option_keys = ("steps", "order", "self_conditioning", "entropy_bound")
     effort = ("steps",)
-    demo_rows = (dict(steps=1), dict(steps=2), dict(steps=4), dict(steps=2, rule="linear", leniency=0.2))
-    bench_grid = {"steps": [1, 2, 4]}
-    bench_controllers = ("confidence:floor=0.3", "acceptance:margin=2")
 
     def recognise(self, config):
         return (config.get("specdiff_role") == "uniform-drafter" or config.get("model_type") == "diffusion_gemma"

@@ -84,8 +84,7 @@ class SpecDiffLM(LM):
         self.summaries: list[dict] = []  # one per generated group: run_config's figures without the texts
         import torch
 
-        from specdiff.runs.model_cache import quiet_transformers
-        from specdiff.runs import ModelCache
+        from specdiff.models import ModelCache, quiet_transformers
 
         quiet_transformers()
         if threads is not None:

@@ -35,7 +35,8 @@ def calibrate(store_path, prompts: int = 100, cuts: int = 2, steps: list[int] | 
     import torch
 
     from specdiff.engine.profile import prefill_seconds, profile_rounds, round_start_prefixes, sample_prefixes
-    from specdiff.runs import ModelCache, RunConfig, build_generator
+    from specdiff.models import ModelCache
+    from specdiff.runs import RunConfig, build_generator
     from specdiff.eval.frontier import load_sweep
 
     if model not in MODELS:

@@ -58,7 +58,7 @@ def measure_call_costs(verifier: str, drafter: str | None, repeats: int = 15, th
 
     from specdiff.eval.calibration import fit_draft_cost
     from specdiff.eval.timing import interleaved_median_ms
-    from specdiff.runs.model_cache import ModelCache
+    from specdiff.models import ModelCache
 
     torch.set_num_threads(threads)
     cache = ModelCache()

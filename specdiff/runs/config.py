@@ -102,7 +102,7 @@ def check_generation_args(args) -> None:
 def run_config_from_args(args, name: str = "cli") -> RunConfig:
     """The RunConfig of the generation flags (`specdiff.flags.add_generation_flags`) or of an
     argparse-like namespace with the same fields."""
-    from specdiff.runs.kinds import default_drafter, for_verifier
+    from specdiff.models import default_drafter, for_verifier
 
     prefix_cache = {"off": False}.get(args.prefix_cache, args.prefix_cache)
     drafter = for_verifier(args.drafter, args.verifier) if args.drafter is not None else default_drafter(args.verifier)

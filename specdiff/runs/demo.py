@@ -2,29 +2,57 @@
 
 On the first `problems` arith test problems, one problem at a time: plain autoregressive decoding of the
 verifier, classic speculative decoding with the small autoregressive drafter, and each requested kind's rows
-(`KindSpec.demo_rows`; the masked kind at a few (effort K, leniency) points, and its adaptive row). The rows
+(the demo's own table, `demo.toml` beside this module: the masked kind at a few (effort K, leniency) points,
+and its adaptive row). The rows
 are timed interleaved: the problems run in chunks of `INTERLEAVE`, every row on each chunk in turn, so that
 a change of machine load moves every row alike.
 """
 from __future__ import annotations
 
+import tomllib
+from functools import lru_cache
+from pathlib import Path
+
 from specdiff.drafters import registry
 
 INTERLEAVE = 10  # problems per interleaved chunk: every row runs on each chunk in turn
+PRESET = Path(__file__).resolve().parent / "demo.toml"  # the demo's rows: its settings, not the kinds'
 
 
-def demo_configs(kinds=("masked",), controller: str | None = None):
+@lru_cache(maxsize=1)
+def preset() -> dict:
+    """`demo.toml`: the default drafters, the baseline row and each kind's rows (that file's header)."""
+    return tomllib.loads(PRESET.read_text())
+
+
+def default_kinds() -> list[str]:
+    """The kinds `specdiff demo` runs without --drafter."""
+    return list(preset()["drafters"])
+
+
+def kind_rows(kind: str) -> list[dict]:
+    """One kind's demo rows (RunConfig fields, B = 8 unless given); none for a kind the demo has no rows for."""
+    return [{"block_size": 8, **row} for row in preset()["kinds"].get(registry.get(kind).name, {}).get("rows", [])]
+
+
+def _adaptive(kind: str) -> dict | None:
+    return preset()["kinds"].get(registry.get(kind).name, {}).get("adaptive")
+
+
+def demo_configs(kinds=None, controller: str | None = None):
     """The demo's configurations: the baselines, then each kind's rows (`kind_configs`), and its adaptive row
-    where the kind has one (`KindSpec.demo_adaptive`, with `controller` in place of its own)."""
+    where the kind has one (with `controller` in place of its own)."""
     from specdiff.runs import RunConfig
 
-    rows = [RunConfig("autoregressive (verifier)", drafter=None),
-            RunConfig("AR drafter, B=8", drafter=registry.get("ar").zoo_model, block_size=8)]
-    for kind in dict.fromkeys(kinds):
+    baseline = dict(preset()["baseline"])
+    name, drafter = baseline.pop("name"), registry.get(baseline.pop("kind")).zoo_model
+    rows = [RunConfig("autoregressive (verifier)", drafter=None), RunConfig(name, drafter=drafter, **baseline)]
+    for kind in dict.fromkeys(kinds or default_kinds()):
         spec = registry.get(kind)
         rows += kind_configs(kind)
-        if spec.demo_adaptive is not None:
-            adaptive = dict(spec.demo_adaptive, controller=controller or spec.demo_adaptive["controller"])
+        own = _adaptive(kind)
+        if own is not None:
+            adaptive = dict(own, controller=controller or own["controller"])
             effort = spec.describe(adaptive["steps"], None, adaptive["block_size"]).replace(" K=", " K<=").replace(
                 " B=", " B<=")
             rows.append(RunConfig(f"{effort} point mass, {adaptive['controller']}", drafter=spec.zoo_model,
@@ -33,17 +61,17 @@ def demo_configs(kinds=("masked",), controller: str | None = None):
 
 
 def kind_configs(kind: str):
-    """One kind's demo rows (`KindSpec.demo_rows`, B = 8 unless given)."""
+    """One kind's demo rows (`kind_rows`) as RunConfigs of its zoo model."""
     from specdiff.runs import RunConfig
 
     spec = registry.get(kind)
-    rows = [{"block_size": 8, **row} for row in spec.demo_rows]
-    return [RunConfig(_label(spec, row), drafter=spec.zoo_model, **row) for row in rows]
+    return [RunConfig(_label(spec, row), drafter=spec.zoo_model, **row) for row in kind_rows(kind)]
 
 
-def default_controller(kind: str = "masked") -> str | None:
-    spec = registry.get(kind)
-    return None if spec.demo_adaptive is None else spec.demo_adaptive["controller"]
+def default_controller(kind: str | None = None) -> str | None:
+    """The controller of a kind's adaptive row (default: the first default kind's), None without one."""
+    adaptive = _adaptive(kind or default_kinds()[0])
+    return None if adaptive is None else adaptive["controller"]
 
 
 def run_demo(kinds, problems: int, max_new_tokens: int, seed: int = 0, controller: str | None = None,
@@ -53,7 +81,8 @@ def run_demo(kinds, problems: int, max_new_tokens: int, seed: int = 0, controlle
     from specdiff.eval import tasks
     from specdiff.models import require_weights
     from specdiff.progress import progress
-    from specdiff.runs import ModelCache, merge_results, run_config
+    from specdiff.models import ModelCache
+    from specdiff.runs import merge_results, run_config
 
     test = tasks.arith_problems("test", problems)
     prompts, targets = [p.prompt for p in test], [p.target for p in test]
@@ -101,7 +130,7 @@ def save_frontier_plot(rows: list[dict], path: str) -> str:
     colors = plt.get_cmap("tab10").colors
     markers = "osD^v<>ph*"
     for i, row in enumerate(rows):
-        color = "black" if row["config"].startswith("autoregressive") else colors[i % len(colors)]
+        color = "black" if "rounds" not in row else colors[i % len(colors)]  # plain decoding drafts no rounds
         axis.errorbar(row["tokens_per_s"], row["accuracy"], yerr=row["accuracy_stderr"], capsize=3, color=color,
                       marker=markers[i % len(markers)], markersize=8, linestyle="none",
                       markerfacecolor=color if row["exact"] else "white", markeredgewidth=1.5,

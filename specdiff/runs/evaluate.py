@@ -17,7 +17,8 @@ def evaluate(config, task, problems, max_new_tokens: int, seed: int = 0, boxed: 
     sandbox. dtype, device: of the real models (`specdiff.models.ModelCache`)."""
     from specdiff.eval.tasks import prompts as prompts_task
     from specdiff.eval.tasks import summarize
-    from specdiff.runs import ModelCache, run_config
+    from specdiff.models import ModelCache
+    from specdiff.runs import run_config
 
     cache = ModelCache(device=device, dtype=dtype)
     tokenizer = cache.tokenizer(config.verifier)  # unknown model names fail here, before any weights load

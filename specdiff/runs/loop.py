@@ -1,7 +1,8 @@
 """The run loop: one `RunConfig` (`runs.config`) run over task problems.
 
-`build_generator` assembles the configuration's SpeculativeGenerator from the models of a
-`ModelCache` (`runs.model_cache`) and its kind's knobs (`runs.kinds`). `run_config` generates answers
+`build_generator` resolves the configuration's drafter and verifier names once (`specdiff.models.ModelRef`)
+and assembles its SpeculativeGenerator from the models of a `ModelCache` (`specdiff.models`) and its
+kind's knobs (`KindSpec.run_options`). `run_config` generates answers
 for a list of prompts one problem at a time (batch 1, as latency is measured per problem) or in
 batches, and returns the accuracy, throughput, latency and acceptance figures with per-problem
 records.
@@ -14,24 +15,22 @@ import time
 from specdiff.lm.counting import count_forwards
 from specdiff.progress import progress as progress_bar
 from specdiff.runs.config import RunConfig, config_rule
-from specdiff.runs.model_cache import ModelCache
+from specdiff.models import ModelCache, check_pair
 
 
 def build_generator(config: RunConfig, cache: ModelCache):
     """The SpeculativeGenerator of a configuration (config.drafter must not be None): the drafter gets its
-    kind's effort knobs (`specdiff.runs.kinds`), the verifier (DFlash reads its states) and, through the
+    kind's effort knobs (`KindSpec.run_options`), the verifier (DFlash reads its states) and, through the
     generator, its vocabulary fitted to the verifier's where the two tokenizers agree."""
     from specdiff.engine.generate import SpeculativeGenerator
-    from specdiff.runs.kinds import check_pair, drafter_options
-
-    check_pair(config.drafter, config.verifier)
-    verifier = cache.get(config.verifier, "verifier", **config.sampling)
-    options = drafter_options(cache.kind(config.drafter), config)
-    drafter = cache.get(config.drafter, "drafter", verifier=verifier, **options)
+    verifier_ref, drafter_ref = cache.ref(config.verifier, "verifier"), cache.ref(config.drafter, "drafter")
+    check_pair(drafter_ref, verifier_ref)
+    verifier = cache.verifier(verifier_ref, **config.sampling)
+    drafter = cache.drafter(drafter_ref, verifier=verifier, **drafter_ref.spec.run_options(config))
     return SpeculativeGenerator(drafter, verifier, block_size=config.block_size,
                                 rule=config_rule(config), method=config.method,
-                                proposal=config.proposal, tokenizer=cache.tokenizer(config.verifier),
-                                drafter_tokenizer=cache.tokenizer(config.drafter), batch_size=config.batch_size,
+                                proposal=config.proposal, tokenizer=cache.tokenizer(verifier_ref),
+                                drafter_tokenizer=cache.tokenizer(drafter_ref), batch_size=config.batch_size,
                                 controller=config.controller, tree_budget=config.tree_budget)
 
 

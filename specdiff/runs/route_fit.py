@@ -21,7 +21,7 @@ def fit_store_router(store: str, budget: float, out: str, fit_problems: int | No
     from specdiff.eval.frontier import load_sweep, summarize
     from specdiff.eval.routing import FEATURES, evaluate, fit_router, route
     from specdiff.eval.tasks import get_task
-    from specdiff.runs import ModelCache
+    from specdiff.models import ModelCache
     from specdiff.runs.routing import request_features, save_router
 
     if not 0 < budget <= 1:

@@ -109,7 +109,8 @@ def _models(settings: dict, config):
     """The process's ModelCache, warmed up once per (drafter, verifier) pair with a short generation."""
     import torch
 
-    from specdiff.runs import ModelCache, run_config
+    from specdiff.models import ModelCache
+    from specdiff.runs import run_config
 
     if "models" not in _CACHE:
         torch.set_num_threads(settings["run"]["threads"])

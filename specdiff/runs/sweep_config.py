@@ -77,7 +77,7 @@ def load_config(path: str | Path, text: str | None = None) -> tuple[dict, list[d
         _check_model(config, role, models[role])
     _check_task(config, task, checked["task.options"])
     try:
-        from specdiff.runs.kinds import check_pair
+        from specdiff.models import check_pair
 
         check_pair(models["drafter"], models["verifier"])
     except ValueError as error:

@@ -108,3 +108,4 @@ PLANNED = ()  # recipes whose weights are not shipped yet
 MODEL_NAMES = tuple(name for name in ARCHITECTURES if name not in PLANNED)  # the shipped models
 TRAINABLE = tuple(ARCHITECTURES)  # every recipe: `specdiff zoo train NAME`
 
+DEFAULT_DRAFTER = "masked-drafter"  # the testbed verifier's drafter when none is named (`specdiff.models.default_drafter`)

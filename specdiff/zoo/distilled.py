@@ -112,7 +112,6 @@ def build(path: Path, target, target_name: str | None = None):
     if missing or unexpected:
         raise ValueError(f"{path}: the weights do not match the config (missing {missing[:3]}, unexpected "
                          f"{unexpected[:3]})")
-    if hasattr(spec, "finish_distilled"):
-        spec.finish_distilled(model)
+    spec.finish_distilled(model)
     dtype = target.get_input_embeddings().weight.dtype  # drafters follow their verifier's dtype
     return model.to(device=target.device, dtype=dtype).eval(), config, d2t

@@ -168,7 +168,8 @@ def drafter_row(name: str, prompts: list[str], targets: list[str], seed: int, ba
 def _engine_run(name: str, label: str, effort: dict, prompts: list[str], targets: list[str], seed: int,
                 batch_size: int, proposal: str = "marginal") -> tuple:
     """Zoo drafter `name` with the verifier, lossless, B = BLOCK_TOKENS: (its RunConfig, run_config's figures)."""
-    from specdiff.runs import ModelCache, RunConfig, run_config
+    from specdiff.models import ModelCache
+    from specdiff.runs import RunConfig, run_config
 
     config = RunConfig(f"{name} {label}", drafter=name, block_size=configs.BLOCK_TOKENS, batch_size=batch_size,
                        proposal=proposal, **effort)

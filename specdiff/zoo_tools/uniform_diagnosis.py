@@ -80,16 +80,11 @@ def diagnose(model, tokenizer, n: int = 128, block: int = configs.BLOCK_TOKENS, 
 
 def main(argv=None) -> int:
     from specdiff import zoo
+    from specdiff.models import ModelCache
 
     argv = sys.argv[1:] if argv is None else argv
     torch.set_num_threads(1)
-    path = argv[0] if argv else "uniform-drafter"
-    if path in zoo.TRAINABLE:
-        model = zoo.load(path)
-    else:
-        from transformers import AutoModelForCausalLM
-
-        model = AutoModelForCausalLM.from_pretrained(path)
+    model = ModelCache(dtype="float32").model(argv[0] if argv else "uniform-drafter")  # a zoo name or a folder
     print(json.dumps(diagnose(model, zoo.tokenizer()), indent=1))
     return 0
 

@@ -82,15 +82,17 @@ def test_tune_writes_a_file_and_speedup_measures_exactly_it_without_tuning(tmp_p
 
 
 class ToyKind(AutoregressiveKind):
-    """A toy kind: the testbed's AR drafter under another name, with its own bench grid and controllers."""
+    """A toy kind: the testbed's AR drafter under another name. Its bench grid and controllers are the bench's
+    (`specdiff/bench/kinds.toml`), set here as a table of that file would set them."""
 
     name, aliases, zoo_model, distilled_role, rank = "toy", (), "ar-drafter", None, 99
-    bench_grid = {"blocks": [2, 3]}
-    bench_controllers = ("acceptance:margin=2",)
 
 
 @pytest.fixture
-def toy_kind():
+def toy_kind(monkeypatch):
+    from specdiff.bench import settings
+
+    monkeypatch.setitem(settings.kind_table(), "toy", {"blocks": [2, 3], "controllers": ["acceptance:margin=2"]})
     spec = registry.register(ToyKind())
     try:
         yield spec

@@ -8,7 +8,7 @@ import pytest
 from zoo_copies import without, zoo_folder
 
 from specdiff.cli import main
-from specdiff.drafters import registry
+from specdiff.runs.demo import kind_rows
 
 
 def test_demo_runs_the_main_job(tmp_path, capsys):
@@ -120,7 +120,7 @@ def test_demo_runs_each_kind_at_its_own_effort(new_drafters, capsys):
     out = json.loads(capsys.readouterr().out)
     rows = {row["config"]: row for row in out["rows"]}
     assert out["drafters"] == ["block", "uniform", "dflash", "ar"]
-    assert len(rows) == 2 + sum(len(registry.get(kind).demo_rows) for kind in out["drafters"])
+    assert len(rows) == 2 + sum(len(kind_rows(kind)) for kind in out["drafters"])
     assert not any(name.startswith("masked") for name in rows)  # --drafter replaces the masked rows
     for name, row in rows.items():
         assert row["tokens_per_s"] > 0 and (name.startswith("autoregressive") or row["tokens_per_round"] >= 1), name
@@ -132,7 +132,8 @@ def test_demo_runs_each_kind_at_its_own_effort(new_drafters, capsys):
 
 def test_each_kind_gets_its_own_effort_knob(new_drafters):
     import specdiff as sd
-    from specdiff.runs import ModelCache, RunConfig, build_generator
+    from specdiff.models import ModelCache
+    from specdiff.runs import RunConfig, build_generator
 
     cache = ModelCache()
     uniform = build_generator(RunConfig("u", drafter="uniform", steps=3), cache)

@@ -210,7 +210,8 @@ def _save_tokenizer(tokens, path):
 @pytest.mark.parametrize("agree", [True, False])
 def test_build_generator_fits_checkpoints_with_their_tokenizers(tmp_path, agree):
     """The command path (`specdiff generate --drafter PATH --verifier PATH`): each checkpoint's own tokenizer."""
-    from specdiff.runs import ModelCache, RunConfig, build_generator
+    from specdiff.models import ModelCache
+    from specdiff.runs import RunConfig, build_generator
 
     shared = [f"t{i}" for i in range(9)]
     verifier_dir = _save(_causal("qwen3", seed=0), tmp_path / "verifier")

@@ -79,7 +79,7 @@ def test_rounds_where_no_row_drafts_emit_one_verifier_token_each():
 
 def test_lookup_through_models_load_and_the_drafter_kind():
     from specdiff import models
-    from specdiff.runs.kinds import resolve
+    from specdiff.models import resolve
 
     assert isinstance(models.load("lookup", role="drafter"), PromptLookupDrafter)
     assert resolve("lookup") == ("lookup", "lookup")

@@ -4,7 +4,8 @@ per-round figures weighted by each chunk's rounds."""
 import pytest
 
 from specdiff.eval import tasks
-from specdiff.runs import ModelCache, RunConfig, merge_results, run_config
+from specdiff.models import ModelCache
+from specdiff.runs import RunConfig, merge_results, run_config
 
 
 @pytest.fixture(scope="module")

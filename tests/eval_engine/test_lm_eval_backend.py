@@ -129,7 +129,8 @@ def _instances(prompts, gen_kwargs):
 def test_greedy_requests_give_the_verifiers_greedy_decoding():
     """do_sample=False: the verifier at temperature 0; lossless verification then returns exactly the
     verifier's plain greedy decoding, whatever the drafter proposed, batched or not; `until` cuts it."""
-    from specdiff.runs import ModelCache, RunConfig, run_config
+    from specdiff.models import ModelCache
+    from specdiff.runs import RunConfig, run_config
     from specdiff.eval.tasks import arith_problems
     from specdiff.integrations.lm_eval import SpecDiffLM
 

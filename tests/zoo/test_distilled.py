@@ -51,7 +51,7 @@ def test_the_draft_vocabulary_is_a_set_of_distinct_verifier_ids_with_eos(kind):
 
 
 def test_dflash_and_ar_name_the_verifiers_own_drafters_and_dflash_is_its_default():
-    from specdiff.runs import kinds
+    from specdiff import models as kinds
     from specdiff.bench import settings, speedup
 
     def default_drafters(verifier):  # the real preset's drafters for a verifier: its own distilled ones, then the

@@ -5,7 +5,16 @@
 (`together`), a real verifier (`real`) or staggered arrivals (`arrivals.staggered`). The engines are built
 in `bench_engines` (vLLM's in one place, `make_llm`), in `options.dtype` (default `default_dtype()`).
 
-`options` is the command's argparse namespace (attributes: target, draft, masked, verifier, concurrency,
+Why it keeps its own timer rather than `specdiff.bench.timer` (issue 52): the shared timer interleaves rows per
+prompt inside one process, each row a `bench.methods.Method` called on one batch at a time; a vLLM row is a whole
+engine (`make_llm`: its own worker, KV-cache pool and speculative config, freed with `gc` before the next), which
+cannot be held beside the others to interleave, and it is timed at a concurrency or an arrival schedule, not per
+prompt. Each engine therefore runs one warm-up and `repeats` timed runs in turn, and the load average is recorded
+with every row. There is no tuner: the configuration is the command's (block, steps, lam), the same for vLLM and
+specdiff's engine, since the bench compares engines, not configurations. Its models load through
+`specdiff.models` (`bench_engines.load`, `models.ref(...).folder()`).
+
+`options` is the command's argparse namespace (attributes: verifier, draft, masked, concurrency,
 tokens, block, lam, temperature, top_p, steps, repeats, threads, seed, arrivals, rate, requests,
 min_tokens, dtype); `log(rows)` is told each batch of result rows as they are measured.
 """
@@ -35,7 +44,7 @@ def run(options, log=None) -> dict:
         raise SystemExit(f"--min-tokens ({options.min_tokens}) must not exceed --tokens ({options.tokens})")
     options.dtype = dtype_of(options)
     torch.set_num_threads(options.threads)
-    if options.verifier is not None:
+    if options.verifier is not None and options.draft is None:  # a verifier alone: the real-verifier bench
         settings, results, ratios = real(options, log)
     else:
         settings, results, ratios = tiny(options, log)
@@ -43,19 +52,19 @@ def run(options, log=None) -> dict:
 
 
 def tiny(options, log) -> tuple[dict, list[dict], dict]:
-    """The built tiny pair (or --target/--draft/--masked): vLLM + plugin and + DiffusionProposer against
+    """The built tiny pair (or --verifier/--draft/--masked): vLLM + plugin and + DiffusionProposer against
     specdiff's engine with the same drafters, requests arriving together or staggered."""
     import torch
 
     if (options.temperature, options.top_p) != (1.0, 1.0):
-        raise ValueError("--temperature and --top-p apply with --verifier; the tiny pair's bench runs at temperature 1")
+        raise ValueError("--temperature and --top-p apply to the real-verifier bench (--verifier without --draft); the tiny pair's bench runs at temperature 1")
     options.lam = 0.5 if options.lam is None else options.lam
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as scratch:
-        if options.target is None:
+        if options.verifier is None:
             target, draft, masked = build_models(Path(scratch))
         else:
-            target, draft, masked = Path(options.target), Path(options.draft), Path(options.masked)
+            target, draft, masked = Path(options.verifier), Path(options.draft), Path(options.masked)
         vocab = json.loads((Path(target) / "config.json").read_text())["vocab_size"]
         generator = torch.Generator().manual_seed(options.seed)
         count = options.requests if options.arrivals == "poisson" else max(options.concurrency)
@@ -67,7 +76,7 @@ def tiny(options, log) -> tuple[dict, list[dict], dict]:
     settings = {"arrivals": options.arrivals, "tokens": options.tokens, "block": options.block, "lam": options.lam,
                 "steps": options.steps, "threads": options.threads, "engine_threads": torch.get_num_threads(),
                 "repeats": options.repeats, "temperature": 1.0, "dtype": options.dtype,
-                "models": "built (tiny Qwen3, head_dim 32)" if options.target is None else str(target),
+                "models": "built (tiny Qwen3, head_dim 32)" if options.verifier is None else str(target),
                 "cpu_count": os.cpu_count(), "load_average_before": [round(x, 2) for x in load_before],
                 "load_average_after": [round(x, 2) for x in os.getloadavg()]}
     if schedule is not None:
@@ -95,12 +104,12 @@ def real(options, log) -> tuple[dict, list[dict], dict]:
     (`specdiff.commands.bench_vllm`). At each concurrency c: tokens/s and acceptance as `time_vllm` measures."""
     import torch
 
-    from specdiff import checkpoints, models
+    from specdiff import models
     from specdiff.runs import prompts as prompt_files
     from specdiff.zoo import distilled
 
     name = Path(options.verifier).name
-    folder = Path(options.verifier) if Path(options.verifier).is_dir() else checkpoints.require(options.verifier)
+    folder = models.ref(options.verifier, "verifier").folder()  # a fetched name or a local folder
     drafter = options.masked or distilled.shipped_for(name, "masked")
     if drafter is None:
         raise ValueError(f"no masked drafter is shipped for {name!r}: give one with --drafter (a folder that "
@@ -110,7 +119,7 @@ def real(options, log) -> tuple[dict, list[dict], dict]:
     lam = options.lam or 0.0
     rule = {"rule": "linear", "leniency": lam} if lam > 0 else {"rule": "lossless"}
     count = max(options.concurrency)
-    loaded = prompt_files.read_prompts(prompt_files.TEST_FILE, models.load_tokenizer(str(folder)))
+    loaded = prompt_files.read_prompts(prompt_files.TEST_FILE, models.load_tokenizer(folder))
     prompts = [loaded[i % len(loaded)].ids for i in range(count)]
     load_before = os.getloadavg()
     label = rule["rule"] if lam == 0 else f"linear {lam:g}"

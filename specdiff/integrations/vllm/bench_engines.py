@@ -101,12 +101,10 @@ def engine_drafters(options, draft, masked):
 
 
 def load(path, options):
-    """A local checkpoint's model in options.dtype (the dtype vLLM runs), eval mode."""
-    import torch
+    """A local checkpoint's model in options.dtype (the dtype vLLM runs), eval mode (`specdiff.models`)."""
+    from specdiff.models import ModelCache
 
-    from specdiff.models import load_model
-
-    return load_model(str(path))[0].to(getattr(torch, dtype_of(options)))
+    return ModelCache(dtype=dtype_of(options)).model(str(path))
 
 
 def speculative_generator(options, target_model, drafter, concurrency: int):
