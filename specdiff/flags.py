@@ -30,7 +30,9 @@ def add_generation_flags(parser) -> None:
                         help="unmasking order: entropy, confidence, margin, random, left_to_right (default: the drafter's)")
     parser.add_argument("--prefix-cache", choices=["off", "round", "persistent"], default="off",
                         help="masked drafter's prefix cache (default off; see docs/engine.md)")
-    parser.add_argument("--block-size", "-B", type=positive_int, default=8, help="drafted tokens per round B (default 8)")
+    parser.add_argument("--block-size", "-B", type=positive_int, default=None,
+                        help="drafted tokens per round B (default 8; for a real verifier without --drafter, its "
+                             "recorded default drafter's B)")
     parser.add_argument("--rule", choices=["lossless", "linear", "tv", "cactus", "typical"], default="lossless")
     parser.add_argument("--leniency", type=float, default=0.0,
                         help="lam (linear), eps (tv), delta (cactus) or epsilon (typical)")

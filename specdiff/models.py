@@ -210,12 +210,26 @@ def kind_spec(drafter: str, verifier: str | None = None) -> registry.KindSpec:
 
 def default_drafter(verifier: str | ModelRef) -> str:
     """The drafter used when none is named: the zoo's masked drafter for the testbed's verifier; for a real
-    verifier its shipped distilled DFlash drafter, else prompt lookup (the testbed's drafters do not fit it)."""
+    verifier the one recorded as fastest on its validation prompts (`default_choice`), else its shipped distilled
+    DFlash drafter, else prompt lookup (the testbed's drafters do not fit it)."""
     if not is_real(verifier):
         from specdiff.zoo.configs import DEFAULT_DRAFTER
 
         return DEFAULT_DRAFTER
+    choice = default_choice(verifier)
+    return choice["drafter"] if choice is not None else default_model_drafter(verifier)
+
+
+def default_model_drafter(verifier: str | ModelRef) -> str:
+    """A real verifier's default drafter with a model (a hybrid proposer's model part): its shipped distilled
+    drafter of the first distilled kind (DFlash), else prompt lookup."""
     return distilled.shipped_for(str(verifier), distilled_kinds()[0]) or LOOKUP  # the first: the default drafter
+
+
+def default_choice(verifier: str | ModelRef) -> dict | None:
+    """A real verifier's recorded default drafter (`zoo.distilled.default_for`): drafter, block_size, extra and the
+    validation figures it was chosen by; None for the testbed or where none is recorded."""
+    return distilled.default_for(str(verifier)) if is_real(verifier) else None
 
 
 def distilled_kinds() -> list[str]:
@@ -250,7 +264,7 @@ def check_pair(drafter: str | ModelRef, verifier: str | ModelRef) -> None:
         spec = drafter_ref.spec
         spec.check_verifier(name)
         parts = spec.parts(name, {})
-        if parts and parts[0][0] is None and not ref(default_drafter(verifier_ref)).needs_model:
+        if parts and parts[0][0] is None and not ref(default_model_drafter(verifier_ref)).needs_model:
             raise ValueError(f"--drafter {drafter_ref.given} needs a model drafter for {name!r} and none is shipped "
                              f"for it: train one (`specdiff distill --verifier {name} --kind dflash`)")
 
@@ -315,7 +329,7 @@ class ModelCache:
         if not reference.needs_model:  # lookup, datastore, hybrid: its own knobs are its options
             spec = reference.spec
             own = {k: v for k, v in options.items() if k in spec.option_keys}
-            parts = [self.drafter(part or default_drafter(verifier.name), verifier=verifier, **part_options)
+            parts = [self.drafter(part or default_model_drafter(verifier.name), verifier=verifier, **part_options)
                      for part, part_options in spec.parts(getattr(verifier, "name", None), own)]
             return spec.build(target=verifier, **({"parts": parts} if parts else {}), **own)
         if reference.source == "distilled":  # built once around the verifier's shared weights

@@ -16,6 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 F, R = "docs/results/frontier", "docs/results/leniency"
 CHECKS = {  # what is checked: the command (run from the repository root)
     "spec_bench48.jsonl": ["tools/spec_bench_subset.py", "--check"],
+    "default_drafters.json": ["tools/default_drafter.py", "specdiff/bench/presets/demo_real.tuning.json", "--check"],
     "real_models.md Spec-Bench table": ["tools/spec_bench_table.py",
                                         "docs/results/spec_bench/bench_greedy_bf16_seed0.json",
                                         "--check", "docs/real_models.md"],

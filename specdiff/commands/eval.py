@@ -91,9 +91,11 @@ def eval_config(args):
 def config_name(args) -> str:
     """A short label: `masked-drafter K=2 B=8 linear(0.2)`, `verifier (autoregressive)`."""
     if args.drafter is None:
-        from specdiff.models import default_drafter
+        from specdiff.models import default_choice, default_drafter
 
-        args.drafter = default_drafter(args.verifier)
+        args.drafter, choice = default_drafter(args.verifier), default_choice(args.verifier)
+        if args.block_size is None and choice is not None:  # the recorded default drafter's own B
+            args.block_size = choice["block_size"]
     if str(args.drafter).lower() == "none":
         return f"{args.verifier} (autoregressive)"
     effort = f"tau={args.threshold}" if args.threshold is not None else f"K={args.steps}"
@@ -102,7 +104,9 @@ def config_name(args) -> str:
                           "point mass" if args.proposal == "point_mass" else "",
                           f"controller={args.controller}" if getattr(args, "controller", None) not in (None, "none")
                           else "") if x]
-    return " ".join([args.drafter, effort, f"B={args.block_size}", rule, *extras])
+    from specdiff.runs.config import DEFAULT_BLOCK_SIZE
+
+    return " ".join([args.drafter, effort, f"B={args.block_size or DEFAULT_BLOCK_SIZE}", rule, *extras])
 
 
 def format_summary(out: dict) -> str:

@@ -100,6 +100,7 @@ def run(args) -> int:
             out = generator.generate(prompts, max_new_tokens=args.max_new_tokens, progress=not args.json,
                                      generator=seed)
         result = {"config": config.as_dict(), "exact": generator.exact, "summary": out.summary.as_dict(),
+                  "drafter_choice": _drafter_choice(args, config),
                   "dtype": precision.of_model(generator.verifier.model),
                   "generations": [{"prompt": p, **extra, "text": t, "token_ids": ids, "stats": s.as_dict()}
                                   for p, extra, t, ids, s in zip(prompts, args.prompt_extras, out.texts,
@@ -110,6 +111,8 @@ def run(args) -> int:
         return 0
     if "dtype" in result:
         print(f"dtype: {precision.describe(result['dtype'], args.dtype, args.device or 'cpu')}")
+    if result.get("drafter_choice"):
+        print(f"drafter: {result['drafter_choice']}")
     for generation in result["generations"]:
         stats = generation["stats"]
         if not (args.stream and args.router is None):
@@ -133,3 +136,17 @@ def _shown(prompt) -> str:
 def _write(text: str) -> None:
     sys.stdout.write(text)
     sys.stdout.flush()
+
+
+def _drafter_choice(args, config) -> str:
+    """Which drafter runs and why (the output's "drafter:" line)."""
+    from specdiff.models import default_choice
+
+    named = f"{config.drafter} B={config.block_size}"
+    if args.drafter is not None:
+        return f"{named} (--drafter)"
+    choice = default_choice(args.verifier)
+    if choice is None:
+        return f"{named} (the default drafter of {args.verifier})"
+    return (f"{named} (the default for {args.verifier}: the fastest lossless proposer on its validation prompts, "
+            f"{choice['validation_tokens_per_s']} tokens/s there; specdiff/zoo/distilled/default_drafters.json)")

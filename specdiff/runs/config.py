@@ -73,8 +73,11 @@ def check_generation_args(args) -> None:
     when parsing (`specdiff.argtypes`); the lm-eval backend builds its arguments without argparse, so
     they are checked here too."""
     for flag in ("steps", "block_size", "batch_size", "max_new_tokens"):
-        if getattr(args, flag, 1) < 1:
-            raise ValueError(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")
+        value = getattr(args, flag, 1)
+        if value is None and flag == "block_size":  # B unset: the default drafter's, or DEFAULT_BLOCK_SIZE
+            continue
+        if value < 1:
+            raise ValueError(f"--{flag.replace('_', '-')} must be >= 1, got {value}")
     if args.threshold is not None and not 0 < args.threshold <= 1:
         raise ValueError(f"--threshold must be in (0, 1], got {args.threshold}")
     if args.rule == "linear" and not 0 <= args.leniency <= 1:
@@ -99,21 +102,28 @@ def check_generation_args(args) -> None:
             raise ValueError(f"--controller: {error}") from None
 
 
+DEFAULT_BLOCK_SIZE = 8  # B when neither --block-size nor a recorded default drafter gives one
+
+
 def run_config_from_args(args, name: str = "cli") -> RunConfig:
     """The RunConfig of the generation flags (`specdiff.flags.add_generation_flags`) or of an
     argparse-like namespace with the same fields."""
-    from specdiff.models import default_drafter, for_verifier
+    from specdiff.models import default_choice, default_drafter, for_verifier
 
     prefix_cache = {"off": False}.get(args.prefix_cache, args.prefix_cache)
     drafter = for_verifier(args.drafter, args.verifier) if args.drafter is not None else default_drafter(args.verifier)
+    # B: the flag; else the recorded default drafter's own (a real verifier, no --drafter); else DEFAULT_BLOCK_SIZE
+    choice = default_choice(args.verifier) if args.drafter is None else None
+    block_size = args.block_size or (choice["block_size"] if choice else DEFAULT_BLOCK_SIZE)
     return RunConfig(name, drafter=drafter, verifier=args.verifier, steps=args.steps, threshold=args.threshold,
                      order=args.order, prefix_cache=prefix_cache, rule=args.rule, leniency=args.leniency,
-                     method=args.method, proposal=args.proposal, block_size=args.block_size,
+                     method=args.method, proposal=args.proposal, block_size=block_size,
                      batch_size=args.batch_size, typical_delta=getattr(args, "typical_delta", None),
                      gate_top=getattr(args, "gate_top", None), gate_entropy=getattr(args, "gate_entropy", None),
                      support=getattr(args, "support", "truncated"),
                      controller=_controller_name(getattr(args, "controller", None)),
-                     tree_budget=getattr(args, "tree_budget", None))
+                     tree_budget=getattr(args, "tree_budget", None),
+                     extra=dict(choice.get("extra", {})) if choice else {})  # the recorded drafter's options
 
 
 def _controller_name(spec: str | None) -> str | None:

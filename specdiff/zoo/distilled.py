@@ -47,6 +47,14 @@ def shipped_for(verifier: str, kind: str) -> str | None:
     return name if name in names() else None
 
 
+def default_for(verifier: str) -> dict | None:
+    """A real verifier's recorded default drafter (`DISTILLED_DIR/default_drafters.json`, written by
+    tools/default_drafter.py from a `bench tune` run on its validation prompts): drafter, block_size, extra, the
+    figures it was chosen by; None when none is recorded."""
+    path = DISTILLED_DIR / "default_drafters.json"
+    return json.loads(path.read_text()).get(str(verifier)) if path.is_file() else None
+
+
 def folder(name_or_path: str) -> Path | None:
     """The folder of a shipped name or of a local distilled drafter; None when it is neither."""
     for path in (DISTILLED_DIR / str(name_or_path), Path(name_or_path)):

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -31,6 +32,7 @@ import specdiff as sd
 pytestmark = pytest.mark.numerics  # kernel-dependent: run again under other kernels (scripts/numerics_kernels.sh)
 
 NAME = "smollm2-135m-instruct"
+ROOT = Path(__file__).resolve().parents[2]
 CONVERSATIONS = [  # committed prompts of mixed lengths: chat, code, rewriting, math
     [{"role": "user", "content": "What is the capital of France?"}],
     [{"role": "user", "content": "Write a Python function that checks whether a number is prime."}],
@@ -200,7 +202,10 @@ def test_generate_chat_command_answers_like_hf_greedy_and_streams(smollm2, refer
     assert main(["generate", "--verifier", NAME, "--chat", question, "--temperature", "0", "--max-new-tokens",
                  str(NEW_TOKENS), "--dtype", "float32", "--json"]) == 0  # the references' dtype on any CPU
     out = json.loads(capsys.readouterr().out)
-    assert out["config"]["drafter"] == f"{NAME}-dflash" and out["exact"]  # its distilled drafter, by default
+    choice = json.loads((ROOT / "specdiff" / "zoo" / "distilled" / "default_drafters.json").read_text())[NAME]
+    assert out["config"]["drafter"] == choice["drafter"] and out["exact"]  # the recorded default (issue 51)
+    assert out["config"]["block_size"] == choice["block_size"] and "fastest lossless" in out["drafter_choice"]
+    assert choice["validation_tokens_per_s"] == max(c["validation_tokens_per_s"] for c in choice["candidates"].values())
     generation = out["generations"][0]
     assert_greedy_equal("generate --chat", [generation["token_ids"]], [references[0]])
     assert generation["token_ids"][-1] == 2 and "Paris" in generation["text"]  # stopped at <|im_end|>
