@@ -4,11 +4,12 @@ Terms:
 - greedy_identical: a row's ids equal HF greedy `generate`'s at the same dtype, prompt by prompt (`figures`);
 - near-tie: at a row's first difference from HF, the token specdiff emitted is one of the two largest logits
   of the verifier after HF's prefix, and their gap is at most the dtype's bound;
-- bound (`TIE_BOUNDS`): the largest change of the verifier's top-2 logit gap between its one-token forward
-  and its multi-token forwards (chains of 2 to 16 tokens, and trees), measured by `tools/tie_bound.py` over at
-  least 10,000 positions of the verifier's own text on this machine (`docs/results/precision/`). In float32 it
-  is ~1e-5; in bfloat16 a multi-token forward rounds differently, and the bound is what makes the
-  comparison fair rather than a tolerance chosen to pass;
+- bound (`BOUNDS_FILE`): the largest change of the verifier's top-2 logit gap between its one-token forward
+  and its multi-token forwards (chains of 2 to 16 tokens, and trees), measured by `tools/tie_bound.py` on the
+  verifier's own text, per kernel family (`per_kernels`, each naming its CPU: the kernels round differently,
+  issue 54), the largest of them taken (`docs/results/precision/`). In float32 it is ~1e-5; in bfloat16 a
+  multi-token forward rounds differently, and the bound is what makes the comparison fair rather than a
+  tolerance chosen to pass;
 - greedy_identical_up_to_ties: the share of prompts that are identical or differ first at a near-tie.
 """
 from __future__ import annotations
