@@ -33,7 +33,7 @@ def check_static(model) -> None:
     if is_stateful(model):
         raise NotStaticCacheable(f"{name} keeps recurrent or convolution state, which a static KV cache cannot roll "
                                  "back by length")
-    kinds = set(getattr(model.config, "layer_types", None) or ["full_attention"])
+    kinds = _layer_kinds(model.config)
     unknown = sorted(kinds - set(LAYER_KINDS))
     if unknown:
         raise NotStaticCacheable(f"{name} has attention layers of kind {', '.join(unknown)}; the static cache builds "
@@ -48,23 +48,34 @@ def row_static_cache(batch: int, width: int):
     return _cache_class()(batch, width)
 
 
-def row_masks(model, positions: torch.Tensor, width: int) -> dict:
-    """Masks for a forward whose tokens have positions [b, n] over a cache of `width` columns: query t reads
-    columns <= t (and, in a sliding-window layer, > t - window). {layer kind: [b, 1, n, width]}, bool
-    (True reads) for sdpa, additive for eager attention."""
+def row_masks(model, positions: torch.Tensor, width: int):
+    """The mask of a forward whose tokens have positions [b, n] over a cache of `width` columns: query t reads
+    columns <= t (and, in a sliding-window layer, > t - window). [b, 1, n, width], bool (True reads) for sdpa,
+    additive for eager attention; {layer kind: mask} for a model that mixes full and sliding-window layers."""
     config = model.config
     columns = torch.arange(width, device=positions.device)[None, None, None, :]  # [1, 1, 1, W]
     queries = positions[:, None, :, None]  # [b, 1, n, 1]
-    reads = {"full_attention": columns <= queries}
-    kinds = set(getattr(config, "layer_types", None) or ["full_attention"])
+    full = columns <= queries
+    kinds = _layer_kinds(config)
+    reads = {"full_attention": full}
     if "sliding_attention" in kinds:
-        reads["sliding_attention"] = reads["full_attention"] & (columns > queries - int(config.sliding_window))
+        reads["sliding_attention"] = full & (columns > queries - int(config.sliding_window))
     if getattr(config, "_attn_implementation", "sdpa") == "eager":
         dtype = next(model.parameters()).dtype
-        low = torch.finfo(dtype).min
-        reads = {kind: torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, low)
+        reads = {kind: torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, torch.finfo(dtype).min)
                  for kind, mask in reads.items()}
+    if len(kinds) == 1:
+        return reads[next(iter(kinds))]  # a 4D mask goes through transformers' mask builders unchanged
     return {kind: reads[kind] for kind in kinds}
+
+
+def _layer_kinds(config) -> set[str]:
+    """The attention kinds of the model's layers: its `layer_types`, else sliding-window everywhere where the config
+    sets a window (Mistral), else full attention."""
+    kinds = getattr(config, "layer_types", None)
+    if kinds:
+        return set(kinds)
+    return {"sliding_attention" if getattr(config, "sliding_window", None) else "full_attention"}
 
 
 _CLASS = []
