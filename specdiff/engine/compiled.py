@@ -74,11 +74,17 @@ class CompiledVerifier(Verifier):
         super().__init__(model, temperature, top_p, top_k)
         self.compile, self.progress = bool(compile), bool(progress)
         self.fallback = None  # why the eager path runs, once compiling failed
-        self.compile_s = {}  # graph key -> seconds its first call took (compile or cache load)
+        self.graphs = set()  # (slots, chunk width, cache width, hidden layers) of every graph called
+        self.compile_s = {}  # "batch B chunk N cache W" -> seconds its first call took (compile or cache load)
         self.bucket = 1  # the widest chunk width compiled (1 until a wider chunk comes)
         self._reserved, self.min_width = 0, int(min_width)
         self._graph = None
         self._pad = int(getattr(model.config, "pad_token_id", None) or 0)
+
+    @classmethod
+    def of(cls, verifier: Verifier, **options) -> CompiledVerifier:
+        """The compiled copy of an eager `Verifier`: the same model and sampling settings (`options` as above)."""
+        return cls(verifier.model, verifier.temperature, verifier.top_p, verifier.top_k, **options)
 
     def reserve(self, columns: int) -> None:
         """The longest row (prompt, generated tokens and one round's chunk) the next batches may reach."""
@@ -162,7 +168,7 @@ class CompiledVerifier(Verifier):
         if self._graph is None:
             self._graph = _compiled(self.model)
         key = (ids.shape[0], ids.shape[1], self.cache.width, hidden_layers)
-        if key in self.compile_s:
+        if key in self.graphs:
             with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
                 return self._graph(self.model, self.cache, ids, positions, hidden_layers)
         return self._first_call(key, ids, positions, hidden_layers)
@@ -186,10 +192,12 @@ class CompiledVerifier(Verifier):
                 self.fallback = f"{type(error).__name__}: {str(error).strip().splitlines()[0][:200] if str(error).strip() else ''}"
                 print(f"specdiff: compiling the verifier failed ({self.fallback}); decoding eagerly", file=sys.stderr)
                 return _forward(self.model, self.cache, ids, positions, hidden_layers)
-            self.compile_s[key] = time.perf_counter() - begin
+            seconds = time.perf_counter() - begin
+            self.graphs.add(key)
+            self.compile_s[f"batch {key[0]} chunk {key[1]} cache {key[2]}"] = round(seconds, 2)
             if self.progress:
                 print(f"specdiff: verifier graph (batch {key[0]}, chunk {key[1]}, cache {key[2]}) ready in "
-                      f"{self.compile_s[key]:.1f} s (inductor cache: {directory})", file=sys.stderr)
+                      f"{seconds:.1f} s (inductor cache: {directory})", file=sys.stderr)
             return out
 
 

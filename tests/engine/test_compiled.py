@@ -77,8 +77,8 @@ def test_compiled_greedy_speculative_is_compiled_plain_decoding_and_hf_greedy(gr
     assert spec.token_ids == plain and lookup.token_ids == plain
     assert_greedy_equal("compiled plain", plain, references)  # float32: HF's greedy decoding, up to its ties
     assert 0 < sum(sum(s.accepted) for s in spec.stats) < sum(s.rounds for s in spec.stats) * 3  # some rejections
-    assert sorted({key[1] for key in verifier.compile_s}) == [1, 4]  # two graphs served every round
-    assert {key[:1] + key[2:] for key in verifier.compile_s} == {(4, 64, None)}
+    assert sorted({key[1] for key in verifier.graphs}) == [1, 4]  # two graphs served every round
+    assert {key[:1] + key[2:] for key in verifier.graphs} == {(4, 64, None)}
 
 
 def test_a_rejected_drafts_cache_column_is_never_read(greedy, monkeypatch):
@@ -134,7 +134,7 @@ def test_compiled_lossless_sampling_reproduces_the_verifier():
     drafter = sd.AutoregressiveDrafter(tiny_qwen3(VOCAB, seed=1), temperature=1.0, top_p=1.0, top_k=0)
     gen = sd.SpeculativeGenerator(drafter, verifier, block_size=2, eos_token_id=[], batch_size=CHI_ROWS)
     out = gen.generate([PROMPT] * CHI_ROWS, max_new_tokens=LENGTH, generator=torch.Generator().manual_seed(0))
-    assert verifier.fallback is None and [key[:2] for key in verifier.compile_s] == [(CHI_ROWS, 3)]
+    assert verifier.fallback is None and [key[:2] for key in verifier.graphs] == [(CHI_ROWS, 3)]
     assert out.summary.exact
     assert_matches_exact(out.token_ids, exact, "compiled, AR drafter, marginal, B = 2")
 
@@ -192,7 +192,7 @@ def test_a_failing_compile_clears_the_cache_retries_once_then_decodes_eagerly(mo
     monkeypatch.setattr(compiled, "_compiled", flaky)
     verifier = CompiledVerifier(model, temperature=0.0, min_width=64, progress=False)
     out, _ = baselines.verifier_generate(verifier, GREEDY_PROMPTS, 8, set())
-    assert out == references and verifier.fallback is None and len(verifier.compile_s) == 1
+    assert out == references and verifier.fallback is None and len(verifier.graphs) == 1
 
 
 # the subprocess checks: a real first compile killed midway, and a corrupted cache; SPECDIFF_COMPILE_SLOW=1
