@@ -104,8 +104,13 @@ class CompiledVerifier(Verifier):
         slots = 1 << (batch - 1).bit_length()  # the batch rounded up to a power of two
         columns = max(self._reserved, width + self.bucket)  # reserved: the longest row plus its widest chunk
         columns = max(self.min_width, 1 << (columns - 1).bit_length())
-        self.cache = row_static_cache(slots, columns)
-        self.cache.keyword = next(iter(cache_kwargs(self.model, None)))  # "cache" or "past_key_values"
+        cache = getattr(self, "_static", None)
+        if cache is None or (cache.batch, cache.width) != (slots, columns):
+            # a new shape: new buffers (and new graphs); the same shape reuses the buffers, so the graphs see the
+            # very tensors they were compiled with
+            cache = self._static = row_static_cache(slots, columns)
+            cache.keyword = next(iter(cache_kwargs(self.model, None)))  # "cache" or "past_key_values"
+        self.cache = cache
         self.cache_mask = key_mask[:, :0]  # unused by this class: the cache keeps lengths instead
         self.rounds, self._slots = 0, torch.arange(batch, device=ids.device)
         self.cache.lengths = torch.zeros(slots, dtype=torch.long, device=ids.device)
