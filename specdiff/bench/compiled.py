@@ -32,7 +32,7 @@ def compiled_rows(configs: dict, verifier, cache, prompts: list, settings) -> di
     rows.update({f"ar_batch{n}_compiled": _plain(compiled_verifier(0, n), f"ar_batch{n}_compiled", n)
                  for n in settings.batch_sizes})
     for name, config in configs.items():
-        if name.startswith("spec_") and "_tree" not in name and config.rule == "lossless" and " " not in name:
+        if name.startswith("spec_") and config.tree_budget is None and config.rule == "lossless" and " " not in name:
             batch = int(config.batch_size or 1)
             rows[f"{name}_compiled"] = _speculative(config, cache, compiled_verifier(int(config.block_size), batch))
     return rows
