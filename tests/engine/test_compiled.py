@@ -43,8 +43,9 @@ CHI_ROWS = 32_768  # a power of two: every batch slot is a row
 
 @pytest.fixture(scope="module", autouse=True)
 def _compile_dir(tmp_path_factory):
+    """Inductor's caches in a temporary folder, or in $SPECDIFF_COMPILE_DIR where it is set (warm reruns)."""
     before = os.environ.get("SPECDIFF_COMPILE_DIR")
-    os.environ["SPECDIFF_COMPILE_DIR"] = str(tmp_path_factory.mktemp("compile"))
+    os.environ["SPECDIFF_COMPILE_DIR"] = before or str(tmp_path_factory.mktemp("compile"))
     yield
     if before is None:
         os.environ.pop("SPECDIFF_COMPILE_DIR", None)
@@ -69,7 +70,10 @@ def _speculative(drafter_model, verifier, drafter="ar"):
 
 
 def test_compiled_greedy_speculative_is_compiled_plain_decoding_and_hf_greedy(greedy):
+    from torch._dynamo.utils import counters
+
     model, drafter, verifier, references = greedy
+    traced = counters["stats"]["unique_graphs"]
     plain, _ = baselines.verifier_generate(verifier, GREEDY_PROMPTS, NEW, set())
     spec = _speculative(drafter, verifier)
     lookup = _speculative(drafter, verifier, drafter="lookup")  # ragged chunks, padded to the B + 1 graph
@@ -79,6 +83,7 @@ def test_compiled_greedy_speculative_is_compiled_plain_decoding_and_hf_greedy(gr
     assert 0 < sum(sum(s.accepted) for s in spec.stats) < sum(s.rounds for s in spec.stats) * 3  # some rejections
     assert sorted({key[1] for key in verifier.graphs}) == [1, 4]  # two graphs served every round
     assert {key[:1] + key[2:] for key in verifier.graphs} == {(4, 64, None)}
+    assert counters["stats"]["unique_graphs"] - traced == 2  # three batches, nothing traced again
 
 
 def test_a_rejected_drafts_cache_column_is_never_read(greedy, monkeypatch):
