@@ -242,3 +242,10 @@ def test_a_killed_first_compile_and_a_corrupted_cache_leave_the_next_run_exact(t
         if path.is_file():
             path.write_bytes(b"\x80garbage")  # every cached artefact corrupted
     assert _run(tmp_path) == "EXACT None"
+
+
+def test_generate_refuses_compile_with_trees_or_a_router(capsys):
+    from specdiff.cli import main
+
+    assert main(["generate", "a prompt", "--compile", "--tree-budget", "4"]) != 0
+    assert "--no-compile" in capsys.readouterr().err
