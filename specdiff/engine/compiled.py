@@ -174,8 +174,8 @@ class CompiledVerifier(Verifier):
             self._graph = _compiled(self.model)
         key = (ids.shape[0], ids.shape[1], self.cache.width, hidden_layers)
         if key in self.graphs:
-            with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
-                return self._graph(self.model, self.cache, ids, positions, hidden_layers)
+            with _frozen():
+                return self._graph(self.cache, ids, positions, hidden_layers)
         return self._first_call(key, ids, positions, hidden_layers)
 
     def _first_call(self, key, ids, positions, hidden_layers):
@@ -185,9 +185,8 @@ class CompiledVerifier(Verifier):
         for attempt in (1, 2):
             begin = time.perf_counter()
             try:
-                with _point_inductor_at(directory), _showing(self.progress, key), \
-                        torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
-                    out = self._graph(self.model, self.cache, ids, positions, hidden_layers)
+                with _point_inductor_at(directory), _showing(self.progress, key), _frozen():
+                    out = self._graph(self.cache, ids, positions, hidden_layers)
             except Exception as error:  # noqa: BLE001  (any failure to compile falls back; never a wrong answer)
                 if attempt == 1:
                     shutil.rmtree(directory, ignore_errors=True)  # a corrupted or stale cache is rebuilt
@@ -220,11 +219,38 @@ def _forward(model, cache, ids, positions, hidden_layers, logits: bool = True):
 
 
 def _compiled(model):
-    """`_forward` compiled for one model. Each verifier gets its own copy of the function's code: dynamo keys its
-    graphs by code object, and a frozen graph holds its model's weights, so two models must never share one."""
-    code = _forward.__code__.replace(co_name=f"_forward_{id(model):x}")
-    function = types.FunctionType(code, _forward.__globals__, code.co_name, _forward.__defaults__)
-    return torch.compile(function, fullgraph=True, dynamic=False, options={"freezing": True})
+    """`_forward` compiled for one model, as a module holding it: its weights are then the graph's parameters, which
+    freezing folds into the graph as constants (a model passed as an argument would stay a graph input). Each
+    verifier gets its own copy of the step's code: dynamo keys its graphs by code object, and a frozen graph holds
+    its model's weights, so two models never share one."""
+    code = _Step.forward.__code__.replace(co_name=f"forward_{id(model):x}")
+    forward = types.FunctionType(code, _Step.forward.__globals__, code.co_name)
+    step = type("_Step", (_Step,), {"forward": forward})(model)
+    return torch.compile(step, fullgraph=True, dynamic=False, options={"freezing": True})
+
+
+def _frozen():
+    """Inductor's freezing on while dynamo traces (it then marks the weights static, guarded on their addresses) and
+    while inductor compiles (it folds them in as constants); `options=` alone reaches inductor only, too late."""
+    import contextlib
+
+    import torch._inductor.config  # noqa: F401  (imported lazily by torch)
+
+    stack = contextlib.ExitStack()
+    stack.enter_context(torch._inductor.config.patch(freezing=True))
+    stack.enter_context(torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT))
+    return stack
+
+
+class _Step(torch.nn.Module):
+    """The compiled unit: one forward of `model` over the static cache."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, cache, ids, positions, hidden_layers):
+        return _forward(self.model, cache, ids, positions, hidden_layers)
 
 
 class _point_inductor_at:  # noqa: N801  (a context manager)

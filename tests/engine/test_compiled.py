@@ -191,7 +191,7 @@ def test_a_failing_compile_clears_the_cache_retries_once_then_decodes_eagerly(mo
             calls.append(1)
             if len(calls) == 3:
                 raise EOFError("Ran out of input")
-            return compiled._forward(*args)
+            return compiled._forward(_model, *args)
         return graph
 
     monkeypatch.setattr(compiled, "_compiled", flaky)
