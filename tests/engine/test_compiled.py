@@ -84,6 +84,8 @@ def test_compiled_greedy_speculative_is_compiled_plain_decoding_and_hf_greedy(gr
     assert sorted({key[1] for key in verifier.graphs}) == [1, 4]  # two graphs served every round
     assert {key[:1] + key[2:] for key in verifier.graphs} == {(4, 64, None)}
     assert counters["stats"]["unique_graphs"] - traced == 2  # three batches, nothing traced again
+    code = [path.read_text(errors="replace") for path in compiled.compile_cache_dir().rglob("*.py")]
+    assert any("_frozen_param" in text for text in code)  # freezing folded the weights into the graphs
 
 
 def test_a_rejected_drafts_cache_column_is_never_read(greedy, monkeypatch):
