@@ -193,7 +193,8 @@ class CompiledVerifier(Verifier):
                     torch._dynamo.reset()
                     self._graph = _compiled(self.model)
                     continue
-                self.fallback = f"{type(error).__name__}: {str(error).strip().splitlines()[0][:200] if str(error).strip() else ''}"
+                first_line = (str(error).strip().splitlines() or [""])[0][:200]
+                self.fallback = f"{type(error).__name__}: {first_line}"
                 print(f"specdiff: compiling the verifier failed ({self.fallback}); decoding eagerly", file=sys.stderr)
                 return _forward(self.model, self.cache, ids, positions, hidden_layers)
             seconds = time.perf_counter() - begin

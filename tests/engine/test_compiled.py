@@ -15,7 +15,8 @@ attention architectures (sliding windows, soft-capping, MLA, MoE, GPT-2).
 
 Only three graphs are compiled (batch 4 at chunks 1 and 4, batch 32,768 at chunk 3), each once per session,
 in a temporary inductor cache ($SPECDIFF_COMPILE_DIR where set). On the shared 2-core AVX2 machine the module took
-4.5 minutes cold at best (16 under heavy load) and its greedy test 2 minutes warm: not seconds. `SPECDIFF_COMPILE_SLOW=1` adds the subprocess checks: a first compile killed
+4.5 minutes cold at best (16 under heavy load) and its greedy test 2 minutes warm: not seconds.
+`SPECDIFF_COMPILE_SLOW=1` adds the subprocess checks: a first compile killed
 midway and a corrupted cache, each followed by a run that must still decode exactly.
 """
 from __future__ import annotations
