@@ -97,6 +97,8 @@ class Settings:
     leniency_steps: list = _f([1], "the K of the leniency rows: 1 is K = 1, where q is the drafter's exact marginal; "
                               "at K > 1 (the effort row's B and cache) q is the marginal of the step that unmasked "
                               "each token, an approximation")
+    compile: bool = _f(False, "also measure compiled rows (ar_compiled, spec_<kind>_compiled, the batch rows "
+                       "compiled: `bench.compiled`); --compile / --no-compile")
     kinds: dict = _f({}, "per-kind grid tables ({NAME = {blocks = [...], ...}})")
     user_set: tuple = field(default=(), metadata={"help": "", "flag": False, "internal": True})
 

@@ -69,6 +69,10 @@ def speedup(settings, tuning: dict | None = None, say=None) -> dict:
     extra, lenient = tradeoffs.tradeoff_rows(steps_kinds, chosen, tuning["grid"], settings)
     configs.update(extra)
     methods.update({row: rows_.speculative(config, cache) for row, config in configs.items()})
+    if settings.compile:  # the compiled rows beside the eager ones (`bench.compiled`)
+        from specdiff.bench.compiled import compiled_rows
+
+        methods.update(compiled_rows(configs, verifier, cache, suite.test, settings))
     records = measure(methods, suite.test, settings.max_new_tokens, settings.repeats, settings.seed, say, phase="test")
     greedy = verifier.temperature == 0
     reference = [r["ids"] for r in records[hf.name]] if greedy else None

@@ -3,6 +3,7 @@ checkpoints or local ones), prompts from arguments, `--chat` conversations or a 
 prints the texts and the statistics (`--json` for scripts), or streams the text as rounds are accepted."""
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -36,6 +37,10 @@ def register(subparsers) -> None:
     generate.add_argument("--router", default=None, metavar="FILE",
                           help="a router of `specdiff route fit`: each prompt gets the configuration of its "
                                "features' cell (the configuration flags are then ignored)")
+    generate.add_argument("--compile", action=argparse.BooleanOptionalAction, default=False,
+                          help="run the verifier's rounds as compiled graphs over a static cache (docs/engine.md, "
+                               "\"Speed\"; the first compile takes minutes, later runs load it from the cache; "
+                               "hybrid verifiers are refused; default --no-compile)")
     generate.add_argument("--json", action="store_true", help="print JSON")
     generate.set_defaults(handler=run)
 
@@ -70,6 +75,9 @@ def read_prompts(args) -> list:
 
 def run(args) -> int:
     check_generation_args(args)
+    if args.compile and (args.router is not None or args.tree_budget is not None):
+        raise ValueError("--compile takes chains of drafts with one configuration: run --router and --tree-budget "
+                         "with --no-compile")
     prompts = read_prompts(args)
     sampling = sampling_of(args)
     import torch
@@ -89,6 +97,10 @@ def run(args) -> int:
         config = run_config_from_args(args)
         config.sampling = sampling
         generator = build_generator(config, cache)
+        if args.compile:  # the same model and sampling, its rounds compiled (`engine.compiled`)
+            from specdiff.engine.compiled import CompiledVerifier
+
+            generator.verifier = CompiledVerifier.of(generator.verifier, progress=not args.json)
         seed = torch.Generator(device=generator.verifier.device).manual_seed(args.seed)
         if args.stream and not args.json:
             from specdiff.runs.streaming import generate_streamed

@@ -3,6 +3,9 @@
 - `autoregressive_generate`: plain decoding of the verifier with its KV cache, one token per
   forward, the minimal loop (prefill, then sample and feed one token at a time), with the same
   sampling code (`lm.sampling`) as the speculative engine, so that neither side gains from it;
+- `verifier_generate`: the same plain decoding through a `Verifier`'s own rounds (start, score one token,
+  commit it): with an `engine.compiled.CompiledVerifier`, compiled plain decoding on the very graphs and
+  static cache its speculative rounds use;
 - `hf_generate`: Hugging Face `generate(do_sample=True)` (greedy, `do_sample=False`, at temperature 0),
   optionally with `assistant_model=` (transformers' assisted generation, its speculative decoding) or
   `prompt_lookup_num_tokens=` (its prompt lookup decoding), one prompt at a time.
@@ -85,6 +88,39 @@ def autoregressive_generate(model, rows: list[list[int]], max_new_tokens: int, e
             attention = torch.cat([attention, torch.ones_like(token)], dim=1)
         logits = model(input_ids=token, attention_mask=attention, position_ids=positions, logits_to_keep=1,
                        **cache_kwargs(model, cache)).logits[:, -1]
+    return outputs, time.perf_counter() - begin
+
+
+@torch.inference_mode()
+def verifier_generate(verifier, rows: list[list[int]], max_new_tokens: int, eos_token_ids: set[int],
+                      generator: torch.Generator | None = None):
+    """Plain decoding of a batch of prompts through `verifier` (sampling settings its own): each step scores the
+    last token [b, 1], samples the next from p (argmax at temperature 0), and commits the scored column. A row is
+    finished at EOS (kept) and leaves the batch. Returns (ids per row, seconds)."""
+    begin = time.perf_counter()
+    ids, key_mask = left_pad(rows, pad_token_id=int(getattr(verifier.model.config, "pad_token_id", None) or 0),
+                             device=verifier.device)
+    if hasattr(verifier, "reserve"):  # a static cache: the longest row it will hold
+        verifier.reserve(ids.shape[1] + max_new_tokens + 1)
+    verifier.start(ids, key_mask)
+    token = ids[:, -1:]  # [b, 1]: the last prompt token, never cached by start
+    outputs = [[] for _ in rows]
+    live = list(range(len(rows)))
+    for _ in range(max_new_tokens):
+        logits, _ = verifier.score(token)  # [b, 1, V] sampling logits
+        token = sample_rows(torch.softmax(logits[:, -1], dim=-1), generator)[:, None]  # [b, 1]
+        verifier.commit(torch.ones(len(live), dtype=torch.long, device=token.device))
+        keep = []
+        for position, value in enumerate(token.squeeze(1).tolist()):
+            outputs[live[position]].append(value)
+            if value not in eos_token_ids and len(outputs[live[position]]) < max_new_tokens:
+                keep.append(position)
+        if len(keep) < len(live):
+            if not keep:
+                break
+            selected = torch.tensor(keep, device=token.device)
+            verifier.select(selected)
+            token, live = token[selected], [live[position] for position in keep]
     return outputs, time.perf_counter() - begin
 
 

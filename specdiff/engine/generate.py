@@ -152,6 +152,8 @@ class SpeculativeGenerator:
         drafter, verifier, block = self.drafter, self.verifier, self.block_size
         begin = time.perf_counter()
         ids, key_mask = left_pad(rows, _pad_id(verifier.model), device=verifier.device)  # [b, P]
+        if hasattr(verifier, "reserve"):  # a static cache (`engine.compiled`) is sized once: the longest row + a chunk
+            verifier.reserve(max(len(row) + budget for row, budget in zip(rows, budgets)) + block + 1)
         layers = drafter.verifier_hidden_layers
         drafter.start(ids, key_mask, verifier.start(ids, key_mask, layers))
         controller = self.controller
