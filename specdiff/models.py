@@ -121,7 +121,7 @@ def ref(name: str | ModelRef, role: str = "drafter", verifier: str | ModelRef | 
         return reference  # its kind is known once its weights are read
     if (reference.path / "config.json").is_file():
         return _with_kind(reference)
-    raise ValueError(f"unknown drafter {name!r} (unknown model): not a kind ({', '.join(drafter_kinds())}), a zoo drafter "
+    raise ValueError(f"unknown drafter {name!r} (unknown model {name!r}): not a kind ({', '.join(drafter_kinds())}), a zoo drafter "
                      f"({', '.join(drafter_kinds().values())}), a distilled drafter "
                      f"({', '.join(distilled.names()) or 'none shipped'}) nor a local directory with a "
                      "config.json")
