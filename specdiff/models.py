@@ -117,13 +117,11 @@ def ref(name: str | ModelRef, role: str = "drafter", verifier: str | ModelRef | 
         return ModelRef(name, "drafter", "zoo", spec.zoo_model, kind=spec.name, path=zoo.model_dir(spec.zoo_model),
                         target=target, dtype="float32")
     reference = _checkpoint_ref(paired, "drafter", name, target)
-    if reference.source == "folder" and (reference.path / "config.json").is_file() or reference.source == "zoo":
+    if reference.source == "gguf" or (reference.source == "fetched" and reference.path is None):
+        return reference  # its kind is known once its weights are read
+    if (reference.path / "config.json").is_file():
         return _with_kind(reference)
-    if reference.source == "fetched" and reference.path is not None:
-        return _with_kind(reference)
-    if reference.source in ("fetched", "gguf"):
-        return reference
-    raise ValueError(f"unknown drafter {name!r} (unknown model): not a kind ({', '.join(drafter_kinds())}), a zoo drafter "
+    raise ValueError(f"unknown drafter {name!r} (unknown model {name!r}): not a kind ({', '.join(drafter_kinds())}), a zoo drafter "
                      f"({', '.join(drafter_kinds().values())}), a distilled drafter "
                      f"({', '.join(distilled.names()) or 'none shipped'}) nor a local directory with a "
                      "config.json")
@@ -366,19 +364,15 @@ class ModelCache:
             self.models[reference.reference] = (model, *rest)
         return self.models[reference.reference]
 
-    def tokenizer(self, name: str | ModelRef, role: str | None = None):
-        """The tokenizer of a model (None for a model-free or distilled drafter: it drafts its verifier's ids)."""
-        reference = self.ref(name, role or ("drafter" if isinstance(name, str) and _drafter_name(name) else "verifier"))
+    def tokenizer(self, name: str | ModelRef, role: str = "verifier"):
+        """The tokenizer of a model, a verifier's unless `role` or the reference says otherwise (None for a model-free
+        or distilled drafter: it drafts its verifier's ids)."""
+        reference = self.ref(name, role)
         if reference.source in ("modelless", "distilled"):
             return None
         if reference.reference not in self.tokenizers:
             self.tokenizers[reference.reference] = load_tokenizer(reference)
         return self.tokenizers[reference.reference]
-
-
-def _drafter_name(name: str) -> bool:
-    """Whether a bare name can only be a drafter (a kind or a distilled drafter), not a checkpoint."""
-    return registry.find(name) is not None or distilled.folder(name) is not None
 
 
 def wrap(model, config: dict, defaults: dict, tokenizer, role: str, verifier=None, spec=None, **options):

@@ -42,7 +42,7 @@ def main(argv=None) -> int:
 
     torch.set_num_threads(args.threads)
     cache = ModelCache(dtype=args.dtype)
-    verifier = cache.get(args.verifier, "verifier", temperature=0.0)
+    verifier = cache.verifier(args.verifier, temperature=0.0)
     prompts = validation_prompts(cache.tokenizer(args.verifier), args.prompts)
     rows = {PLAIN: methods.plain(verifier)}
     for drafter in args.drafters:

@@ -40,7 +40,7 @@ def run_leniency(args, say) -> dict:
     drafter = DRAFTER_KINDS[args.drafter]
     cache = ModelCache()
     block = args.block_size
-    length = getattr(cache.get(drafter, "drafter"), "block_length", None)  # a block drafter's trained length
+    length = getattr(cache.drafter(drafter), "block_length", None)  # a block drafter's trained length
     block = min(block, length) if length else block
     proposal = kind_settings(args.drafter).get("leniency_proposal", "marginal")  # block: exact only in point mass
     costs = measure_call_costs("verifier", drafter, threads=args.threads)

@@ -166,7 +166,7 @@ def load_assistant(reference: str, verifier, cache):
     elif not assistant.spec.can_verify:
         raise ValueError(f"--hf-assistant {reference}: transformers' assisted generation needs a causal LM")
     else:
-        model = cache.get(assistant).model
+        model = cache.drafter(assistant).model
     if int(model.config.vocab_size) != verifier.vocab_size:
         raise ValueError(f"--hf-assistant {reference}: its vocabulary ({model.config.vocab_size} tokens) is not the "
                          f"verifier's ({verifier.vocab_size}); assisted generation here takes a full-vocabulary "
@@ -236,7 +236,7 @@ def _setup(settings):
     quiet_transformers()
     torch.set_num_threads(settings.threads)
     cache = ModelCache(dtype=settings.dtype)
-    verifier = cache.get(settings.verifier, "verifier", **settings.sampling)
+    verifier = cache.verifier(settings.verifier, **settings.sampling)
     return cache, verifier, suites.suite(settings, cache.tokenizer(settings.verifier))
 
 

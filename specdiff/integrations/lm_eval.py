@@ -92,7 +92,7 @@ class SpecDiffLM(LM):
         self._device = _device(device)
         self.cache = ModelCache(device=None if self._device == "cpu" else self._device)
         self.tokenizer = self.cache.tokenizer(self.config.verifier)  # unknown names fail here, before any weights
-        self.cache.tokenizer(self.config.drafter)
+        self.cache.tokenizer(self.config.drafter, "drafter")
 
     # ---- the harness's interface ----------------------------------------------------------------
 

@@ -62,9 +62,9 @@ def measure_call_costs(verifier: str, drafter: str | None, repeats: int = 15, th
 
     torch.set_num_threads(threads)
     cache = ModelCache()
-    models = {"verifier": cache.get(verifier, "verifier").model}
+    models = {"verifier": cache.verifier(verifier).model}
     if drafter is not None:
-        drafter_object = cache.get(drafter, "drafter", verifier=cache.get(verifier, "verifier"))
+        drafter_object = cache.drafter(drafter, verifier=cache.verifier(verifier))
         models["drafter"] = drafter_object.model
     functions = {}
     for name, model in models.items():

@@ -23,11 +23,11 @@ def evaluate(config, task, problems, max_new_tokens: int, seed: int = 0, boxed: 
     cache = ModelCache(device=device, dtype=dtype)
     tokenizer = cache.tokenizer(config.verifier)  # unknown model names fail here, before any weights load
     if config.drafter is not None:
-        cache.tokenizer(config.drafter)
+        cache.tokenizer(config.drafter, "drafter")
     prompts = [task.build_prompt(p, tokenizer, boxed=boxed) for p in problems]
     run_config(config, prompts[:1], None, cache, 8)  # warm-up, so that the timed run is not cold
     result = run_config(config, prompts, None, cache, max_new_tokens, seed=seed, progress=progress)
-    result["dtype"] = precision.of_model(cache.get(config.verifier, "verifier").model)
+    result["dtype"] = precision.of_model(cache.verifier(config.verifier).model)
     texts = [record["text"] for record in result["records"]]
     if task.name == "prompts" and not prompts_task.has_references(problems):
         for problem, record in zip(problems, result["records"]):  # no references: speed and acceptance only

@@ -40,7 +40,7 @@ def run_config(config: RunConfig, prompts: list[str], targets: list[str] | None,
     (accuracy when targets are given), the texts, and per-problem records."""
     import torch
 
-    device = cache.get(config.verifier, "verifier").device  # draws happen where the models are
+    device = cache.verifier(config.verifier).device  # draws happen where the models are
     generator = torch.Generator(device=device).manual_seed(seed)
     tokenizer = cache.tokenizer(config.verifier)
     chunks = [prompts[i:i + config.batch_size] for i in range(0, len(prompts), config.batch_size)]
@@ -93,7 +93,7 @@ def _autoregressive(config: RunConfig, prompts: list[str], cache: ModelCache, to
     from specdiff.engine.baselines import autoregressive_generate
     from specdiff.engine.generate import eos_token_ids
 
-    verifier = cache.get(config.verifier, "verifier", **config.sampling)
+    verifier = cache.verifier(config.verifier, **config.sampling)
     rows = [tokenizer(p).input_ids for p in prompts]
     begin = time.perf_counter()
     with count_forwards(verifier.model) as verifier_calls:

@@ -24,11 +24,9 @@ def request_features(prompts: list[str], cache, verifier: str, drafter: str, blo
     from specdiff.engine.controllers import RoundPlan
 
     tokenizer = cache.tokenizer(verifier)
-    target = cache.get(verifier, "verifier")
-    from specdiff.drafters import registry
-
-    spec = registry.get(cache.kind(drafter))
-    draft_model = cache.get(drafter, "drafter", verifier=target, **({"steps": 1} if "steps" in spec.effort else {}))
+    target = cache.verifier(verifier)
+    spec = cache.ref(drafter).spec
+    draft_model = cache.drafter(drafter, verifier=target, **({"steps": 1} if "steps" in spec.effort else {}))
     if draft_model.verifier_hidden_layers is not None:
         raise ValueError(f"route features need a drafter that drafts from the tokens alone; {drafter} reads the "
                          "verifier's hidden states: fit the router on a sweep of a masked, block or AR drafter")
