@@ -216,6 +216,7 @@ class MaskedKind(KindSpec):
     distilled_rank = 2
 
     name, zoo_model, distilled_role, priority = "masked", "masked-drafter", "distilled-masked", 40
+    serves_standalone = True  # a diffusion drafter over token ids: what vLLM's DiffusionProposer serves
     describes = "Dream, LLaDA, masked-LM classes, specdiff masked drafters"
     option_keys = ("steps", "threshold", "order", "prefix_cache", "shift_logits", "mask_token_id", "pad_token_id")
     effort = ("steps", "threshold")

@@ -52,6 +52,7 @@ class KindSpec:
     needs_model: bool = True
     needs_target: bool = False  # built beside its verifier's model (DFlash)
     can_verify: bool = False  # a causal LM: the only kind that can also be a verifier
+    serves_standalone: bool = False  # drafts from token ids alone (no verifier states): vLLM's DiffusionProposer runs it
     ignores_effort: bool = False  # takes any steps/threshold silently (one shared sweep grid), e.g. ar, lookup
     label: str = ""  # its row name in tables ("AR drafter"); default: its name
 

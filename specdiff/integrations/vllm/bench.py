@@ -110,10 +110,14 @@ def real(options, log) -> tuple[dict, list[dict], dict]:
 
     name = Path(options.verifier).name
     folder = models.ref(options.verifier, "verifier").folder()  # a fetched name or a local folder
-    drafter = options.masked or distilled.shipped_for(name, "masked")
+    from specdiff.drafters import registry
+
+    served = [spec.name for spec in registry.specs() if spec.serves_standalone and spec.distilled_role]
+    drafter = options.masked or next((found for kind in served if (found := distilled.shipped_for(name, kind))), None)
     if drafter is None:
-        raise ValueError(f"no masked drafter is shipped for {name!r}: give one with --drafter (a folder that "
-                         f"`specdiff distill --verifier {name} --kind masked --out DIR` wrote)")
+        raise ValueError(f"no drafter DiffusionProposer serves ({', '.join(served)}) is shipped for {name!r}: give "
+                         f"one with --drafter (a folder that `specdiff distill --verifier {name} --kind "
+                         f"{served[0] if served else 'KIND'} --out DIR` wrote)")
     if options.arrivals != "together":
         raise ValueError("--verifier times requests arriving together only (--arrivals together)")
     lam = options.lam or 0.0
