@@ -98,7 +98,7 @@ class Settings:
                               "at K > 1 (the effort row's B and cache) q is the marginal of the step that unmasked "
                               "each token, an approximation")
     compile: bool = _f(False, "also measure compiled rows (ar_compiled, spec_<kind>_compiled, the batch rows "
-                       "compiled: `bench.compiled`); --compile / --no-compile")
+                       "compiled: `bench.compiled`); `--set compile=true` (bench speedup keeps to 16 options)")
     kinds: dict = _f({}, "per-kind grid tables ({NAME = {blocks = [...], ...}})")
     user_set: tuple = field(default=(), metadata={"help": "", "flag": False, "internal": True})
 

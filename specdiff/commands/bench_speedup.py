@@ -88,9 +88,6 @@ def _arguments(parser, tune: bool) -> None:
         else:
             parser.add_argument(flag, type=FLAG_TYPES.get(field.name, str), metavar=field.metadata["metavar"],
                                 help=help_text)
-    parser.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
-                        help="also measure the compiled rows (ar_compiled, spec_<kind>_compiled; docs/engine.md, "
-                             "\"Speed\"; default --no-compile)")
     parser.add_argument("--preset", metavar="NAME|PATH",
                         help="grids and sizes: a shipped preset (testbed, real) or a TOML file (default: real for a "
                              "real verifier, else testbed)")
@@ -133,8 +130,6 @@ def _settings(args):
         elif field.name == "sampling":
             value = _pairs(value)
         given[field.name] = value
-    if getattr(args, "compile", None) is not None:
-        given["compile"] = args.compile
     for entry in args.set:
         key, sep, text = entry.partition("=")
         if not sep:
