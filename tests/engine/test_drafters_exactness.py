@@ -47,6 +47,22 @@ def _dflash(m, **kw):
     return sd.DFlashDrafter(m["dflash"], m["verifier"], **kw)
 
 
+def _dspark(m, draft_to_target=None, **kw):
+    """The DFlash stand-in with DSpark's changes (issue 51): the anchor's slot predicts, and a Markov head (rank 3,
+    seeded nonzero weights) biases each position by the token drafted before it."""
+    import copy
+
+    from specdiff.drafters.dflash import add_markov_head
+
+    model = copy.deepcopy(m["dflash"])
+    model.config.sample_from_anchor = True
+    add_markov_head(model, 3, len(draft_to_target) if draft_to_target is not None else VOCAB)
+    torch.manual_seed(11)
+    with torch.no_grad():
+        model.markov_w1.normal_(0.0, 1.5)
+    return sd.DFlashDrafter(model, m["verifier"], draft_to_target=draft_to_target, **kw)
+
+
 def _masked_index(m, d2t, **kw):
     """The masked stand-in with a head of len(d2t) rows (seeded), row i drafting verifier id d2t[i]."""
     import copy
@@ -75,6 +91,10 @@ CASES = [  # (label, drafter factory, block size, proposal, method)
     ("dflash draft vocabulary marginal", lambda m: _dflash(m, temperature=1.0, draft_to_target=[1, 3]), 2,
      "marginal", "token"),
     ("dflash draft vocabulary marginal block", lambda m: _dflash(m, temperature=1.0, draft_to_target=[2, 0, 3]), 3,
+     "marginal", "block"),
+    # DSpark (issue 51): the anchor's slot reads, a Markov head: q of each position given the drafted one before
+    ("dspark markov marginal", lambda m: _dspark(m, temperature=1.0), 3, "marginal", "token"),
+    ("dspark markov draft vocabulary marginal block", lambda m: _dspark(m, [2, 0, 3], temperature=1.0), 3,
      "marginal", "block"),
     ("masked draft vocabulary K=1 marginal", lambda m: _masked_index(m, [0, 2], steps=1), 3, "marginal", "token"),
     ("masked draft vocabulary left_to_right K=2 marginal block",  # the mask id (3) in the index: never drafted
