@@ -58,7 +58,8 @@ def test_dflash_and_ar_name_the_verifiers_own_drafters_and_dflash_is_its_default
         # model-free ones (lookup; datastore and hybrid where the verifier has distillation data and a drafter)
         return list(speedup.drafter_references(settings.build("real", {"verifier": verifier})).values())
 
-    assert kinds.default_drafter(VERIFIER) == f"{VERIFIER}-dflash"
+    assert kinds.default_model_drafter(VERIFIER) == f"{VERIFIER}-dflash"  # the hybrid's model part
+    assert kinds.default_drafter(VERIFIER) == kinds.default_choice(VERIFIER)["drafter"]  # the recorded fastest (#51)
     assert kinds.resolve("dflash", VERIFIER) == ("dflash", f"{VERIFIER}-dflash")
     assert kinds.resolve("ar", VERIFIER) == ("ar", f"{VERIFIER}-ar")
     assert kinds.resolve("masked", VERIFIER) == ("masked", f"{VERIFIER}-masked")
