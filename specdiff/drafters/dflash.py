@@ -87,7 +87,6 @@ class DFlashDrafter(Drafter):
         if not 0 <= self.mask_token_id < target.get_input_embeddings().weight.shape[0]:
             raise ValueError(f"mask_token_id {self.mask_token_id} is outside the verifier's embedding table")
         self.verifier_hidden_layers = tuple(int(i) + 1 for i in config.target_layer_ids)
-        self.trained_block_size = int(config.block_size) - 1  # DFlash's block counts the anchor
         widths = getattr(config, "specdiff_trained_widths", None) or [int(config.block_size)]
         self.trained_widths = sorted({int(w) for w in widths})  # block widths trained at, the anchor included
         self.at_trained_width = bool(at_trained_width)
