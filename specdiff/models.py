@@ -16,6 +16,7 @@ A drafter name is, in the order tried (`ModelRef.source`):
   zoo name ("masked-drafter", ...);
 - "fetched": a fetched real checkpoint (`specdiff models fetch NAME`: `specdiff.checkpoints`);
 - "gguf", "folder": a .gguf file, or a local transformers checkpoint folder (nothing is downloaded).
+Anything else, the zoo's verifier ("verifier") included, is refused as an unknown drafter (`UnknownDrafter`).
 A verifier name is a zoo name, a fetched name, a .gguf file or a folder. A checkpoint's kind is recognised from
 its config by the registered kinds (`specdiff.drafters.registry`: each kind's `recognise`, `loader`, `build`);
 anything else gets an error that lists them. Sampling defaults come from the zoo's table or the checkpoint's
@@ -34,6 +35,11 @@ from specdiff.zoo import distilled
 
 LOOKUP = "lookup"  # `sd.PromptLookupDrafter`: needs no model, fits any verifier
 ROLES = ("verifier", "drafter")
+
+
+class UnknownDrafter(ValueError):
+    """A drafter name that is no kind, zoo drafter, distilled drafter, fetched name, .gguf file or checkpoint
+    folder (`ref`): the zoo's verifier is none of these."""
 SOURCES = ("modelless", "distilled", "zoo", "fetched", "gguf", "folder")
 
 
@@ -119,12 +125,12 @@ def ref(name: str | ModelRef, role: str = "drafter", verifier: str | ModelRef | 
     reference = _checkpoint_ref(paired, "drafter", name, target)
     if reference.source == "gguf" or (reference.source == "fetched" and reference.path is None):
         return reference  # its kind is known once its weights are read
-    if (reference.path / "config.json").is_file():
+    if reference.source != "zoo" and (reference.path / "config.json").is_file():  # the zoo's verifier: no drafter
         return _with_kind(reference)
-    raise ValueError(f"unknown drafter {name!r} (unknown model {name!r}): not a kind ({', '.join(drafter_kinds())}), a zoo drafter "
-                     f"({', '.join(drafter_kinds().values())}), a distilled drafter "
-                     f"({', '.join(distilled.names()) or 'none shipped'}) nor a local directory with a "
-                     "config.json")
+    raise UnknownDrafter(f"unknown drafter {paired!r} (unknown model): not a kind ({', '.join(drafter_kinds())}), a "
+                         f"zoo drafter ({', '.join(drafter_kinds().values())}), a distilled drafter "
+                         f"({', '.join(distilled.names()) or 'none shipped'}) nor a local directory with a "
+                         "config.json")
 
 
 def _checkpoint_ref(name: str, role: str, given: str, target: str | None = None) -> ModelRef:
@@ -366,8 +372,13 @@ class ModelCache:
 
     def tokenizer(self, name: str | ModelRef, role: str = "verifier"):
         """The tokenizer of a model, a verifier's unless `role` or the reference says otherwise (None for a model-free
-        or distilled drafter: it drafts its verifier's ids)."""
-        reference = self.ref(name, role)
+        or distilled drafter: it drafts its verifier's ids). An unknown drafter's tokenizer is looked for as a
+        model's, as before issue 52: that refusal names it an unknown model (`_local_dir`), before any weights load;
+        the zoo's verifier's is the zoo tokenizer (the drafter itself is refused where it is built)."""
+        try:
+            reference = self.ref(name, role)
+        except UnknownDrafter:
+            reference = self.ref(name, "verifier")
         if reference.source in ("modelless", "distilled"):
             return None
         if reference.reference not in self.tokenizers:

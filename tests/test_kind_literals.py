@@ -6,10 +6,14 @@ The check reads every module of the package and of `tools/` as a syntax tree and
 - each comparison (==, !=, in, not in) whose one side is a kind's name or alias ("masked", "ar", ...), or a
   tuple / list / set holding one;
 - each membership test (in, not in) against a module-level name bound to such a tuple / list / set;
-- each `choices=` keyword (argparse) whose value holds a kind's name.
-The exemptions are named: the kind modules themselves, the continuous half (its drafters are not these kinds), and
+- each `choices=` keyword (argparse) whose value holds a kind's name;
+- each module-level table keyed by a kind's name: a dict literal (or `dict(...)` call) with a kind's name among its
+  keys, bound to a module-level name (a kind's recipe, model or scorer is found through its `KindSpec`, e.g. its
+  `distilled_role`, not looked up by its name).
+The exemptions are named: the kind modules themselves, the continuous half (its drafters are not these kinds),
 comparisons whose other side is one of `OTHER_VOCABULARIES`, where the same word means something else ("block"
-verification, a prefix cache's "block" attention)."""
+verification, a prefix cache's "block" attention), and the tables of `OBJECTIVE_TABLES`, keyed by a training
+objective's name ("ar", "block", "dflash" objectives), another vocabulary."""
 from __future__ import annotations
 
 import ast
@@ -25,6 +29,9 @@ KIND_MODULES = {"drafters/registry.py", "drafters/masked.py", "drafters/block.py
                 "drafters/hybrid.py"}
 # "block" verification / attention; "hybrid" verifiers (recurrent-state layers), not the hybrid proposer
 OTHER_VOCABULARIES = {"method", "rejection_sample_method", "committed_attention", "layer_type", "architecture"}
+# tables keyed by a training objective's name: the testbed recipes' objectives (`zoo.configs.TRAINING[name]
+# ["objective"]`: training.zoo, training.build) and the losses (`training.objectives`)
+OBJECTIVE_TABLES = {"ZOO_OBJECTIVES", "ZOO_BUILDERS", "OBJECTIVES"}
 
 
 def _kind_words() -> set[str]:
@@ -58,6 +65,28 @@ def _kind_collections(tree, words: set[str]) -> set[str]:
     return names
 
 
+def _keys(node) -> list[str]:
+    """The string keys of a dict literal or of a `dict(...)` call's keywords."""
+    if isinstance(node, ast.Dict):
+        return [k.value for k in node.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)]
+    if isinstance(node, ast.Call) and _name(node.func) == "dict":
+        return [keyword.arg for keyword in node.keywords if keyword.arg]
+    return []
+
+
+def _kind_tables(tree, source: str, words: set[str]) -> list[tuple[int, str]]:
+    """(line, 'NAME = {...}' shortened) of every module-level table keyed by a kind's name (module docstring)."""
+    out = []
+    for node in tree.body:
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names = [t.id for t in targets if isinstance(t, ast.Name)]
+            keys = [key for key in _keys(node.value) if key in words]
+            if keys and not set(names) & OBJECTIVE_TABLES:
+                out.append((node.lineno, f"{' = '.join(names)} keyed by {', '.join(keys)}"))
+    return out
+
+
 def kind_comparisons(root: Path = ROOT, prefix: str = "") -> list[str]:
     """'path:line: source' of every choice by a kind name outside the exemptions (module docstring)."""
     words, found = _kind_words(), []
@@ -68,6 +97,7 @@ def kind_comparisons(root: Path = ROOT, prefix: str = "") -> list[str]:
         source = path.read_text()
         tree = ast.parse(source)
         collections = _kind_collections(tree, words)
+        found += [f"{prefix}{relative}:{line}: {text}" for line, text in _kind_tables(tree, source, words)]
         for node in ast.walk(tree):
             if isinstance(node, ast.Call):
                 flags = {flag.lstrip("-").replace("-", "_") for arg in node.args for flag in _literals(arg)}
@@ -107,3 +137,36 @@ def test_the_check_finds_planted_choices_and_membership_tests(tmp_path):
                                          "    parser.add_argument('--kind', choices=('dflash', 'ar'))\n"
                                          "    return kind in LENIENT\n")
     assert sorted(kind_comparisons(tmp_path)) == ["planted.py:3: choices=('dflash', 'ar')", "planted.py:4: kind in LENIENT"]
+
+
+def test_the_check_finds_planted_tables_keyed_by_kind_names(tmp_path):
+    (tmp_path / "planted.py").write_text("RECIPES = {'dflash': 1, 'x': 2}\n"
+                                         "SCORERS = dict(masked=1)\n"
+                                         "BY_ROLE = {'distilled-dflash': 1}\n"
+                                         "ZOO_OBJECTIVES = {'ar': 1, 'mdlm': 2}\n"
+                                         "def f():\n    local = {'ar': 1}\n    return local\n")
+    assert kind_comparisons(tmp_path) == ["planted.py:1: RECIPES keyed by dflash", "planted.py:2: SCORERS keyed by masked"]
+
+
+def test_the_check_finds_the_tables_main_keyed_by_kind_name_before_issue_52(tmp_path):
+    """The three tables of issue 52's leftover (training's RECIPES and DRAFTERS, tools/distill_eval.py's SCORERS),
+    as they were (keyed by "dflash", "ar", "masked"), are found."""
+    (tmp_path / "distill.py").write_text('''RECIPES = {
+    "dflash": Recipe(dict(steps=4500), _dflash_loss, draft_vocab=True, names_class=False),
+    "ar": Recipe(dict(steps=400), _ar_loss),
+    "masked": Recipe(dict(steps=3000), _masked_loss, draft_vocab=True),
+}
+DEFAULTS = {kind: recipe.defaults for kind, recipe in RECIPES.items()}
+''')
+    (tmp_path / "build.py").write_text('''ZOO_BUILDERS = {"ar": _zoo_qwen, "mdlm": _zoo_qwen, "dflash": _zoo_dflash}
+DRAFTERS = {"dflash": _dflash, "ar": _ar, "masked": _masked}
+''')
+    (tmp_path / "distill_eval.py").write_text('''SCORERS = {
+    "dflash": Scorer(_prepare_dflash, dflash_predictions, rolls_out=True, decodes=True),
+    "masked": Scorer(_prepare_masked, masked_predictions, rolls_out=True),
+    "ar": Scorer(lambda *args: None, ar_predictions, rolls_out=False),
+}
+''')
+    assert kind_comparisons(tmp_path, "x/") == ["x/build.py:2: DRAFTERS keyed by dflash, ar, masked",
+                                                "x/distill.py:1: RECIPES keyed by dflash, ar, masked",
+                                                "x/distill_eval.py:1: SCORERS keyed by dflash, masked, ar"]

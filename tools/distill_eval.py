@@ -5,7 +5,8 @@ train/held-out gap).
 
 Held-out conversations: the verifier's own greedy responses (`--dtype`, float32 by default; specdiff's cached
 decoding loop, `engine.baselines.autoregressive_generate`, batched) to the bench's validation prompts
-(`specdiff/eval/tasks/data/real_validation.jsonl` and `spec_validation.jsonl`, never the test files), each prompt
+(`specdiff/eval/tasks/data/real_validation.jsonl` and `spec_validation.jsonl`; the test files only with
+`--final-report`, for a drafter's final figures once its recipe is chosen, never to choose one), each prompt
 through the chat template as `specdiff distill data` puts it (`engine.generate.chat_ids`: the assistant turn
 opened). The verifier writes `--new-tokens` + HORIZON tokens per prompt (fewer when it ends with EOS), so that each
 of the first `--new-tokens` anchors has the truth of its whole block. They are cached in
@@ -30,8 +31,8 @@ Per kind of drafter, teacher-forced on the true prefix, greedy:
   itself): the drafter's `target_layer_ids` (verifier `hidden_states[i + 1]`, rounded to float16 as the training
   cache stores them), its anchor state (`specdiff_anchor_state`), the verifier's frozen embeddings and the draft
   vocabulary's rows of its head, the drafter in float32. The argmax row of block position k = 1..B - 1 goes back
-  through d2t to a verifier id. accuracy and chain at the trained block (config block_size B, anchor included:
-  B - 1 positions);
+  through d2t to a verifier id. accuracy and chain at the trained block (the widest of `specdiff_trained_widths`,
+  else config block_size B; anchor included: B - 1 positions, B when the anchor's slot reads);
 - masked: one denoising step (K = 1, its exact marginal) of `MaskedDiffusionDrafter` from a fully masked block of B
   after the anchor, B = its training block (16);
 - ar: the drafter's greedy next token at each anchor, teacher-forced: position-1 accuracy only (a k-step greedy
@@ -202,7 +203,8 @@ def load_drafter(reference: str, verifier, verifier_name: str | None = None) -> 
         raise ValueError(f"--drafter {reference}: not a distilled drafter (a shipped name: "
                          f"{', '.join(distilled.names()) or 'none'}, or a folder `specdiff distill` wrote)")
     model, config, d2t = distilled.build(folder, target, verifier_name)
-    kind = registry.by_distilled_role(config["specdiff_role"]).name
+    role = config["specdiff_role"]
+    kind = registry.by_distilled_role(role).name
     summary = json.loads((folder / "training.json").read_text()) if (folder / "training.json").is_file() else {}
     settings = summary.get("settings", {})
     training = dict(target=settings.get("target", "ce") if settings else None, steps=summary.get("steps"),
@@ -210,9 +212,10 @@ def load_drafter(reference: str, verifier, verifier_name: str | None = None) -> 
                     gamma=settings.get("gamma"), anchor_state=settings.get("anchor_state"))
     loaded = Loaded(name=str(reference), kind=kind, model=model, trained=1, blocks=[], folder=_relative(folder),
                     d2t=d2t, training={k: v for k, v in training.items() if v is not None})
-    scorer = SCORERS.get(kind)
+    scorer = SCORERS.get(role)
     if scorer is None:
-        raise ValueError(f"--drafter {reference}: a {kind} drafter; this tool scores {', '.join(SCORERS)}")
+        scored = ", ".join(registry.by_distilled_role(r).name for r in SCORERS)
+        raise ValueError(f"--drafter {reference}: a {kind} drafter; this tool scores {scored}")
     scorer.prepare(loaded, config, settings, target, verifier)
     if scorer.rolls_out:
         loaded.blocks = sorted({b for b in BLOCKS if b <= loaded.trained} | {loaded.trained})
@@ -222,7 +225,10 @@ def load_drafter(reference: str, verifier, verifier_name: str | None = None) -> 
 def _prepare_dflash(loaded: Loaded, config: dict, settings: dict, target, verifier) -> None:
     loaded.model.float()  # the drafter trains in float32 (`training.distill`)
     reads_anchor = bool(config.get("sample_from_anchor", False))  # DSpark: the anchor's slot predicts too
-    loaded.trained = int(config["block_size"]) - (0 if reads_anchor else 1)  # the block counts the anchor
+    from specdiff.drafters.dflash import trained_widths
+
+    widest = trained_widths(loaded.model.config)[-1]  # scored at the widest block it was trained at
+    loaded.trained = widest - (0 if reads_anchor else 1)  # the block counts the anchor
     embeddings = target.get_input_embeddings().weight.detach()
     to_draft = torch.full((embeddings.shape[0],), -100, dtype=torch.long)
     to_draft[loaded.d2t] = torch.arange(len(loaded.d2t))
@@ -233,9 +239,9 @@ def _prepare_dflash(loaded: Loaded, config: dict, settings: dict, target, verifi
 
 def _prepare_masked(loaded: Loaded, config: dict, settings: dict, target, verifier) -> None:
     from specdiff import models
-    from specdiff.training.distill import DEFAULTS
+    from specdiff.training.distill import recipe_of
 
-    loaded.trained = int(settings.get("block", DEFAULTS[loaded.kind]["block"]))
+    loaded.trained = int(settings.get("block", recipe_of(loaded.kind).defaults["block"]))
     loaded.drafter = models.wrap_distilled((loaded.model, config, loaded.d2t), verifier)  # K = 1, greedy
 
 
@@ -292,7 +298,7 @@ def ar_predictions(loaded: Loaded, conversation, anchors: list[int]) -> torch.Te
 
 def predictions(loaded: Loaded, conversation, hidden_states, anchors: list[int], draft: int) -> torch.Tensor:
     """[A, draft] verifier ids of a drafter's teacher-forced draft of `draft` tokens after each anchor."""
-    return SCORERS[loaded.kind].predict(loaded, conversation, hidden_states, anchors, draft)
+    return scorer_of(loaded).predict(loaded, conversation, hidden_states, anchors, draft)
 
 
 class Scorer:
@@ -304,14 +310,22 @@ class Scorer:
         self.prepare, self.predict, self.rolls_out, self.decodes = prepare, predict, rolls_out, decodes
 
 
-# the tool's table of the distilled kinds it scores (the kinds `specdiff distill` trains), by kind name
+# the tool's table of the distilled kinds it scores (the kinds `specdiff distill` trains), by their distilled role
+# (`KindSpec.distilled_role`, the `specdiff_role` of their config.json)
 SCORERS = {
-    "dflash": Scorer(_prepare_dflash, dflash_predictions, rolls_out=True, decodes=True),
-    "masked": Scorer(_prepare_masked, lambda loaded, conversation, hidden, anchors, draft:
-                     masked_predictions(loaded, conversation, anchors, draft), rolls_out=True),
-    "ar": Scorer(lambda *args: None, lambda loaded, conversation, hidden, anchors, draft:
-                 ar_predictions(loaded, conversation, anchors), rolls_out=False),
+    "distilled-dflash": Scorer(_prepare_dflash, dflash_predictions, rolls_out=True, decodes=True),
+    "distilled-masked": Scorer(_prepare_masked, lambda loaded, conversation, hidden, anchors, draft:
+                               masked_predictions(loaded, conversation, anchors, draft), rolls_out=True),
+    "distilled-ar": Scorer(lambda *args: None, lambda loaded, conversation, hidden, anchors, draft:
+                           ar_predictions(loaded, conversation, anchors), rolls_out=False),
 }
+
+
+def scorer_of(loaded: Loaded) -> Scorer:
+    """The scorer of a loaded drafter's kind (by its distilled role)."""
+    from specdiff.drafters import registry
+
+    return SCORERS[registry.get(loaded.kind).distilled_role]
 
 
 def anchors_of(conversation, new_tokens: int, horizon: int = HORIZON) -> list[int]:
@@ -444,9 +458,13 @@ def main(argv=None) -> int:
                         help="trained: only at the trained width (the engine's rule)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", default=None, help="also write the JSON here")
+    parser.add_argument("--final-report", action="store_true",
+                        help="allow the test files: a drafter's final held-out figures, once its recipe is chosen "
+                             "(never to choose one); the JSON says so")
     args = parser.parse_args(argv)
-    if any("test" in Path(f).stem for f in args.files):
-        parser.error("held-out conversations come from validation prompts, never the test files")
+    if any("test" in Path(f).stem for f in args.files) and not args.final_report:
+        parser.error("held-out conversations come from validation prompts, never the test files "
+                     "(--final-report: a chosen drafter's final figures)")
     from specdiff import models
 
     torch.set_num_threads(args.threads)
@@ -459,14 +477,15 @@ def main(argv=None) -> int:
                                                  args.dtype, args.limit, args.batch)
     scores, figures = evaluate(loaded, model, conversations, kinds, args.new_tokens)
     description.update(figures)
-    result = dict(verifier=args.verifier, dtype=args.dtype, horizon=HORIZON, held_out=description, drafters={})
+    result = dict(verifier=args.verifier, dtype=args.dtype, horizon=HORIZON, held_out=description, drafters={},
+                  final_report=bool(args.final_report))
     for drafter, score in zip(loaded, scores):
         result["drafters"][drafter.name] = dict(kind=drafter.kind, folder=drafter.folder, training=drafter.training,
                                                 trained_positions=drafter.trained, blocks=drafter.blocks,
                                                 held_out=score)
     if args.decode:
         for drafter in loaded:
-            if SCORERS[drafter.kind].decodes:
+            if scorer_of(drafter).decodes:
                 result["drafters"][drafter.name]["decoded"] = decoded(
                     drafter, verifier, tokenizer, conversations, args.decode_blocks, args.new_tokens, args.batch,
                     args.decode_rules)
@@ -477,7 +496,7 @@ def main(argv=None) -> int:
                                          drafter.training.get("conversations"))
             (score,), figures = evaluate([drafter], model, sample, None, args.new_tokens)
             result["drafters"][drafter.name]["train_sample"] = dict(**about, **figures, **score)
-    if any(not SCORERS[d.kind].rolls_out for d in loaded):
+    if any(not scorer_of(d).rolls_out for d in loaded):
         result["ar_note"] = "ar drafters: position-1 accuracy only (teacher-forced next token, no k-step rollout)"
     result["seconds"] = round(time.perf_counter() - began, 1)
     text = json.dumps(result, indent=1)

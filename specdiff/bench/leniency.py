@@ -7,10 +7,14 @@ chooses the fastest candidate by wall-clock tokens/s with a 2% tie rule and know
 by priced throughput (each configuration's verifier and drafter calls priced once, `runs.call_costs`, so machine
 noise cannot reorder the candidates) under an accuracy-loss bound on validation, and it reports per-problem paired
 bootstrap intervals, which need each problem's accuracy and calls, not the shared timer's per-prompt medians. Its
-drafter's kinds and their proposal mode come from the bench's table (`bench/kinds.toml`)."""
+drafter's kinds and their proposal mode come from the bench's table (`bench/kinds.toml`).
+
+`run_leniency(settings, say)` takes a `LeniencySettings` (the command, `specdiff.commands.bench_leniency`, makes it
+from its flags, as `bench speedup` makes its `bench.settings.Settings`); `say(line)` is told each progress line."""
 from __future__ import annotations
 
 import statistics
+from dataclasses import dataclass
 
 CANDIDATES = (
     ("typical eps=0.05", dict(rule="typical", leniency=0.05)),
@@ -27,9 +31,31 @@ CANDIDATES = (
 BOOTSTRAP = 1000
 
 
-def run_leniency(args, say) -> dict:
+@dataclass(frozen=True)
+class LeniencySettings:
+    """One leniency bench (the command's flags have the same names): drafter, a kind of `bench/kinds.toml`'s
+    leniency bench; steps, the K grid, or threshold, a tau grid tuned over instead (None: the K grid); block_size,
+    B (capped at a block drafter's trained length); tune_problems validation problems; test problems
+    [first_problem, first_problem + problems), measured `repeats` times interleaved; loss, the validation accuracy
+    a lenient rule may lose; max_new_tokens per problem; threads, torch's (for the call costs); seed."""
+
+    drafter: str
+    steps: tuple[int, ...] = (2, 4)
+    threshold: tuple[float, ...] | None = None
+    block_size: int = 16
+    tune_problems: int = 60
+    problems: int = 200
+    first_problem: int = 0
+    repeats: int = 3
+    loss: float = 0.01
+    max_new_tokens: int = 96
+    threads: int = 1
+    seed: int = 0
+
+
+def run_leniency(settings: LeniencySettings, say) -> dict:
     """Tunes a lenient rule against the lossless one on validation problems and measures both, interleaved, on
-    held-out test problems (module docstring); `args` holds the command's settings."""
+    held-out test problems (module docstring)."""
     from specdiff.eval import tasks
     from specdiff.eval.pricing import price_ms
     from specdiff.bench.settings import kind_settings
@@ -37,19 +63,19 @@ def run_leniency(args, say) -> dict:
     from specdiff.runs import RunConfig, run_config
     from specdiff.runs.call_costs import measure_call_costs
 
-    drafter = DRAFTER_KINDS[args.drafter]
+    drafter = DRAFTER_KINDS[settings.drafter]
     cache = ModelCache()
-    block = args.block_size
+    block = settings.block_size
     length = getattr(cache.drafter(drafter), "block_length", None)  # a block drafter's trained length
     block = min(block, length) if length else block
-    proposal = kind_settings(args.drafter).get("leniency_proposal", "marginal")  # block: exact only in point mass
-    costs = measure_call_costs("verifier", drafter, threads=args.threads)
-    tune = tasks.arith_problems("validation", args.tune_problems)
-    test = tasks.arith_problems("test", args.first_problem + args.problems)[args.first_problem:]
+    proposal = kind_settings(settings.drafter).get("leniency_proposal", "marginal")  # block: exact only in point mass
+    costs = measure_call_costs("verifier", drafter, threads=settings.threads)
+    tune = tasks.arith_problems("validation", settings.tune_problems)
+    test = tasks.arith_problems("test", settings.first_problem + settings.problems)[settings.first_problem:]
 
     # the effort grid: K denoising steps, or confidence thresholds tau when --threshold is given
-    efforts = ([(f"tau={tau}", dict(threshold=tau)) for tau in args.threshold] if args.threshold
-               else [(f"K={steps}", dict(steps=steps)) for steps in args.steps])
+    efforts = ([(f"tau={tau}", dict(threshold=tau)) for tau in settings.threshold] if settings.threshold
+               else [(f"K={steps}", dict(steps=steps)) for steps in settings.steps])
 
     def config(name, effort, **rule):
         label, knob = effort
@@ -57,7 +83,7 @@ def run_leniency(args, say) -> dict:
 
     def measure(run, problems, seed):
         result = run_config(run, [p.prompt for p in problems], [p.target for p in problems], cache,
-                            args.max_new_tokens, seed=seed, is_correct=tasks.is_correct)
+                            settings.max_new_tokens, seed=seed, is_correct=tasks.is_correct)
         priced = sum(price_ms(r["calls"], costs) for r in result["records"]) / 1000
         forwards = sum(r["calls"]["verifier_forwards"] for r in result["records"])
         result.update(priced_throughput=result["new_tokens"] / priced, tokens_per_call=result["new_tokens"] / forwards)
@@ -67,33 +93,35 @@ def run_leniency(args, say) -> dict:
     grid = []
     for effort in efforts:
         for name, rule in (("lossless", {}),) + CANDIDATES:
-            result = measure(config(name, effort, **rule), tune, args.seed)
+            result = measure(config(name, effort, **rule), tune, settings.seed)
             grid.append(dict(config=config(name, effort, **rule).as_dict(), lossless=name == "lossless",
                              **{k: result[k] for k in ("accuracy", "tokens_per_round", "tokens_per_call",
                                                        "priced_throughput", "tokens_per_s")}))
             say(f"tune {grid[-1]['config']['name']}: accuracy {result['accuracy']:.3f}, "
                 f"{result['tokens_per_call']:.2f} tokens/call, {result['priced_throughput']:.0f} priced tokens/s")
     lossless = max((row for row in grid if row["lossless"]), key=lambda row: row["priced_throughput"])
-    allowed = [row for row in grid if not row["lossless"] and row["accuracy"] >= lossless["accuracy"] - args.loss
+    allowed = [row for row in grid if not row["lossless"] and row["accuracy"] >= lossless["accuracy"] - settings.loss
                and row["priced_throughput"] > lossless["priced_throughput"]]
     chosen = max(allowed, key=lambda row: row["priced_throughput"]) if allowed else lossless
     say(f"lossless: {lossless['config']['name']}; chosen: {chosen['config']['name']}")
 
     runs = {"lossless": [], "lenient": []}
-    for repeat in range(args.repeats):
+    for repeat in range(settings.repeats):
         for key, row in (("lossless", lossless), ("lenient", chosen)):
-            runs[key].append(measure(RunConfig(**row["config"]), test, args.seed + repeat))
-            say(f"repeat {repeat + 1}/{args.repeats} {key}: {runs[key][-1]['tokens_per_s']:.0f} tokens/s")
-    result = _report(runs, costs, args)
+            runs[key].append(measure(RunConfig(**row["config"]), test, settings.seed + repeat))
+            say(f"repeat {repeat + 1}/{settings.repeats} {key}: {runs[key][-1]['tokens_per_s']:.0f} tokens/s")
+    result = _report(runs, costs, settings.seed)
     result.update(chosen=chosen["config"]["name"], lossless=lossless["config"]["name"],
                   chosen_config=chosen["config"], lossless_config=lossless["config"],
                   no_lenient_rule_qualified=not allowed, tuning=grid, call_costs=costs,
-                  drafter=args.drafter, test_problems=[args.first_problem, args.first_problem + args.problems],
-                  tune_problems=args.tune_problems, seed=args.seed, repeats=args.repeats, loss=args.loss)
+                  drafter=settings.drafter,
+                  test_problems=[settings.first_problem, settings.first_problem + settings.problems],
+                  tune_problems=settings.tune_problems, seed=settings.seed, repeats=settings.repeats,
+                  loss=settings.loss)
     return result
 
 
-def _report(runs: dict, costs: dict, args) -> dict:
+def _report(runs: dict, costs: dict, seed: int) -> dict:
     """The held-out figures and their paired-bootstrap intervals over test problems.
 
     Each problem's tokens, wall and priced seconds and verifier forwards are summed over the repeats (and
@@ -126,7 +154,7 @@ def _report(runs: dict, costs: dict, args) -> dict:
 
     n = len(arrays["lossless"]["tokens"])
     point = figures(np.arange(n))
-    rng = np.random.default_rng(args.seed)
+    rng = np.random.default_rng(seed)
     samples = [figures(rng.integers(0, n, n)) for _ in range(BOOTSTRAP)]
     out = {"accuracy_lossless": float(arrays["lossless"]["correct"].mean()),
            "accuracy_lenient": float(arrays["lenient"]["correct"].mean()),

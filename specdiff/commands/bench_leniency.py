@@ -24,28 +24,36 @@ import json
 
 from specdiff.argtypes import nonnegative_int, positive_int
 
-# (name, RunConfig keywords): the lenient candidates tuned at every K
 def register(which) -> None:
+    from specdiff.bench.leniency import LeniencySettings
     from specdiff.bench.settings import leniency_kinds
 
+    default = LeniencySettings(drafter=leniency_kinds()[0])  # the flags' defaults
     p = which.add_parser("leniency", help="the validation-tuned leniency rule against the best lossless "
                                           "configuration, on held-out test problems (JSON)",
                          description=__doc__.splitlines()[0])
     p.add_argument("--json", action="store_true", help="print only the JSON result")
-    p.add_argument("--drafter", choices=leniency_kinds(), default=leniency_kinds()[0],
+    p.add_argument("--drafter", choices=leniency_kinds(), default=default.drafter,
                    help="drafter kind (its zoo model; specdiff/bench/kinds.toml names the kinds this bench takes)")
-    p.add_argument("--steps", type=positive_int, nargs="+", default=[2, 4], help="K grid (default 2 4)")
+    p.add_argument("--steps", type=positive_int, nargs="+", default=list(default.steps),
+                   help=f"K grid (default {' '.join(map(str, default.steps))})")
     p.add_argument("--threshold", type=float, nargs="+", default=None,
                    help="a confidence-threshold grid tau in (0, 1] to tune over instead of K")
-    p.add_argument("--block-size", type=positive_int, default=16, help="B (default 16; the block drafter caps it)")
-    p.add_argument("--tune-problems", type=positive_int, default=60, help="validation problems (default 60)")
-    p.add_argument("--problems", type=positive_int, default=200, help="test problems measured (default 200)")
-    p.add_argument("--first-problem", type=nonnegative_int, default=0, help="the first test problem")
-    p.add_argument("--repeats", type=positive_int, default=3, help="interleaved measurement rounds (default 3)")
-    p.add_argument("--loss", type=float, default=0.01, help="accuracy loss allowed on validation (default 0.01)")
-    p.add_argument("--max-new-tokens", type=positive_int, default=96)
-    p.add_argument("--threads", type=positive_int, default=1)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--block-size", type=positive_int, default=default.block_size,
+                   help=f"B (default {default.block_size}; the block drafter caps it)")
+    p.add_argument("--tune-problems", type=positive_int, default=default.tune_problems,
+                   help=f"validation problems (default {default.tune_problems})")
+    p.add_argument("--problems", type=positive_int, default=default.problems,
+                   help=f"test problems measured (default {default.problems})")
+    p.add_argument("--first-problem", type=nonnegative_int, default=default.first_problem,
+                   help="the first test problem")
+    p.add_argument("--repeats", type=positive_int, default=default.repeats,
+                   help=f"interleaved measurement rounds (default {default.repeats})")
+    p.add_argument("--loss", type=float, default=default.loss,
+                   help=f"accuracy loss allowed on validation (default {default.loss})")
+    p.add_argument("--max-new-tokens", type=positive_int, default=default.max_new_tokens)
+    p.add_argument("--threads", type=positive_int, default=default.threads)
+    p.add_argument("--seed", type=int, default=default.seed)
     p.set_defaults(handler=run)
 
 
@@ -62,5 +70,16 @@ def run(args) -> int:
     quiet_transformers()
     torch.set_num_threads(args.threads)
     say = (lambda *a: None) if args.json else (lambda *a: print(*a, flush=True))
-    print(json.dumps(run_leniency(args, say), indent=1))
+    print(json.dumps(run_leniency(settings_of(args), say), indent=1))
     return 0
+
+
+def settings_of(args):
+    """The command's flags -> `bench.leniency.LeniencySettings`."""
+    from specdiff.bench.leniency import LeniencySettings
+
+    return LeniencySettings(drafter=args.drafter, steps=tuple(args.steps),
+                            threshold=None if args.threshold is None else tuple(args.threshold),
+                            block_size=args.block_size, tune_problems=args.tune_problems, problems=args.problems,
+                            first_problem=args.first_problem, repeats=args.repeats, loss=args.loss,
+                            max_new_tokens=args.max_new_tokens, threads=args.threads, seed=args.seed)

@@ -80,13 +80,16 @@ def register(which) -> None:
 
 
 def run(args) -> int:
-    from specdiff.integrations.vllm import bench
-
     if args.target is not None:  # the old spelling of the target model
         if args.verifier is not None and args.verifier != args.target:
             raise ValueError("--target is a deprecated alias of --verifier: give one of them")
+        if args.draft is None:  # --target always named the pair bench's target; it never ran the real-verifier bench
+            raise ValueError("--target names the pair bench's target checkpoint and needs --draft (and --masked); "
+                             "for the real-verifier bench give --verifier alone")
         print("specdiff bench vllm: --target is deprecated, use --verifier", file=sys.stderr)
         args.verifier = args.target
+
+    from specdiff.integrations.vllm import bench
 
     report = bench.run(args, log=None if args.json else _log)
     print(json.dumps(report, indent=None if args.json else 2))

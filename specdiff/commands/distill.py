@@ -119,9 +119,9 @@ def run_train(args) -> int:
 
 def _recipe_settings(kind: str, pairs: list[str]) -> dict:
     """--set KEY=VALUE pairs -> recipe settings; a key the kind's recipe does not have is refused, naming them."""
-    from specdiff.training.distill import RECIPES
+    from specdiff.training.distill import recipe_of
 
-    known, out = RECIPES[kind].defaults, {}
+    known, out = recipe_of(kind).defaults, {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or key not in known:

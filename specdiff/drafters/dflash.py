@@ -87,8 +87,7 @@ class DFlashDrafter(Drafter):
         if not 0 <= self.mask_token_id < target.get_input_embeddings().weight.shape[0]:
             raise ValueError(f"mask_token_id {self.mask_token_id} is outside the verifier's embedding table")
         self.verifier_hidden_layers = tuple(int(i) + 1 for i in config.target_layer_ids)
-        widths = getattr(config, "specdiff_trained_widths", None) or [int(config.block_size)]
-        self.trained_widths = sorted({int(w) for w in widths})  # block widths trained at, the anchor included
+        self.trained_widths = trained_widths(config)  # block widths trained at, the anchor included
         self.at_trained_width = bool(at_trained_width)
         self.read_anchor = bool(getattr(config, "sample_from_anchor", False))  # DSpark: slot 0 predicts a + 1
         self.markov = getattr(model, "markov_w1", None) is not None  # DSpark's Markov head (module docstring)
@@ -258,6 +257,13 @@ class DFlashDrafter(Drafter):
         self.cache_mask = keep_columns(self.cache, self.cache_mask[rows])
         self.pending, self.pending_mask = self.pending[rows], self.pending_mask[rows]
         self.last_state = self.last_state[rows]
+
+
+def trained_widths(config) -> list[int]:
+    """The block widths a DFlash model was trained at, the anchor included, ascending: its config's
+    `specdiff_trained_widths`, else its one `block_size` (module docstring, "Width")."""
+    widths = getattr(config, "specdiff_trained_widths", None) or [int(config.block_size)]
+    return sorted({int(w) for w in widths})
 
 
 def markov_bias(model, rows: torch.Tensor) -> torch.Tensor:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from specdiff.drafters import registry
 from specdiff.drafters.dflash import add_markov_head
 from specdiff.zoo import configs
 
@@ -76,9 +77,24 @@ ZOO_BUILDERS = {
 
 def drafter(kind: str, target, settings: dict, d2t: np.ndarray, mask_token_id: int):
     """A fresh distilled drafter of `kind` for the frozen verifier `target` (module docstring)."""
-    if kind not in DRAFTERS:
-        raise ValueError(f"no distilled drafter of kind {kind!r}; choose from {', '.join(DRAFTERS)}")
-    return DRAFTERS[kind](target, settings, d2t, mask_token_id)
+    role = distilled_role(kind, DRAFTERS)
+    if role is None:
+        raise ValueError(f"no distilled drafter of kind {kind!r}; choose from {', '.join(kind_names(DRAFTERS))}")
+    return DRAFTERS[role](target, settings, d2t, mask_token_id)
+
+
+def distilled_role(kind: str, table: dict) -> str | None:
+    """The distilled role of the kind named `kind` (`KindSpec.distilled_role`, "distilled-dflash") when `table`, a
+    table keyed by distilled role, has it; None otherwise (an unknown kind, an alias, or a kind not distilled)."""
+    spec = registry.find(kind)
+    if spec is None or spec.name != kind or spec.distilled_role not in table:
+        return None
+    return spec.distilled_role
+
+
+def kind_names(table: dict) -> list[str]:
+    """The kind names of a table keyed by distilled role, in the table's order (for error messages)."""
+    return [registry.by_distilled_role(role).name for role in table]
 
 
 def _dflash(target, settings: dict, d2t, mask_token_id: int):
@@ -185,5 +201,5 @@ def _copy_matching(layer, source) -> None:
             value.copy_(theirs[name])
 
 
-# A distilled kind -> its fresh model (`specdiff distill --kind`).
-DRAFTERS = {"dflash": _dflash, "ar": _ar, "masked": _masked}
+# A distilled kind's role (`KindSpec.distilled_role`) -> its fresh model (`specdiff distill --kind`).
+DRAFTERS = {"distilled-dflash": _dflash, "distilled-ar": _ar, "distilled-masked": _masked}

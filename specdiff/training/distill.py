@@ -35,6 +35,7 @@ from typing import Callable
 import numpy as np
 import torch
 
+from specdiff.drafters import registry
 from specdiff.training import build, data
 from specdiff.training.checkpoint import read
 from specdiff.training.loop import fit, trainable_state
@@ -68,9 +69,7 @@ def train(kind: str, verifier: str, data_dir: str | Path, out: str | Path, steps
     from specdiff import models
     from specdiff.lm import precision
 
-    if kind not in RECIPES:
-        raise ValueError(f"unknown drafter kind {kind!r} to distill; choose from {', '.join(RECIPES)}")
-    recipe = RECIPES[kind]
+    recipe = recipe_of(kind)
     settings = {**recipe.defaults, **{k: v for k, v in options.items() if v is not None}}
     settings["steps"] = steps or settings["steps"]
     out = Path(out)
@@ -202,17 +201,29 @@ def _masked_loss(model, target, conversations, settings, d2t, data_dir, out, sho
     return step_loss
 
 
+# A distilled kind's role (`KindSpec.distilled_role`, `build.distilled_role`) -> how it is distilled.
 RECIPES = {
-    "dflash": Recipe(dict(steps=4500, batch=4, anchors=16, lr=2e-3, block=16, gamma=4.0, layers=1, intermediate=1536,
-                          anchor_state=True, target="ce", read_anchor=False, markov_rank=0, widths=None,
-                          features="outputs"), _dflash_loss, draft_vocab=True, names_class=False),
-    "ar": Recipe(dict(steps=400, batch=8, lr=1e-3, ar_layers=(0,), positions=64, target="ce"), _ar_loss),
-    "masked": Recipe(dict(steps=3000, batch=16, lr=2e-3, block=16, hidden=192, layers=2, heads=3, kv_heads=1,
-                          intermediate=640, ar_weight=1.0, positions=64, all_masked=0.25,
-                          target="ce"), _masked_loss,
-                     draft_vocab=True),
+    "distilled-dflash": Recipe(dict(steps=4500, batch=4, anchors=16, lr=2e-3, block=16, gamma=4.0, layers=1,
+                                    intermediate=1536, anchor_state=True, target="ce", read_anchor=False,
+                                    markov_rank=0, widths=None, features="outputs"),
+                               _dflash_loss, draft_vocab=True, names_class=False),
+    "distilled-ar": Recipe(dict(steps=400, batch=8, lr=1e-3, ar_layers=(0,), positions=64, target="ce"), _ar_loss),
+    "distilled-masked": Recipe(dict(steps=3000, batch=16, lr=2e-3, block=16, hidden=192, layers=2, heads=3,
+                                    kv_heads=1, intermediate=640, ar_weight=1.0, positions=64, all_masked=0.25,
+                                    target="ce"), _masked_loss, draft_vocab=True),
 }
-DEFAULTS = {kind: recipe.defaults for kind, recipe in RECIPES.items()}  # each kind's settings
+# each distilled kind's settings, by kind name ("dflash": {...})
+DEFAULTS = {registry.by_distilled_role(role).name: recipe.defaults for role, recipe in RECIPES.items()}
+
+
+def recipe_of(kind: str) -> Recipe:
+    """How the kind named `kind` is distilled: the recipe of its `KindSpec.distilled_role`; an error listing the
+    distilled kinds otherwise."""
+    role = build.distilled_role(kind, RECIPES)
+    if role is None:
+        raise ValueError(f"unknown drafter kind {kind!r} to distill; choose from "
+                         f"{', '.join(build.kind_names(RECIPES))}")
+    return RECIPES[role]
 
 
 def _save_drafter(model, kind: str, verifier: str, d2t: np.ndarray, out: Path, summary: dict, target) -> None:
@@ -222,8 +233,8 @@ def _save_drafter(model, kind: str, verifier: str, d2t: np.ndarray, out: Path, s
     from specdiff.zoo.distilled import fingerprint
 
     config = model.config.to_dict()
-    recipe = RECIPES[kind]
-    config.update(specdiff_role=f"distilled-{kind}", specdiff_target=verifier, specdiff_target_fingerprint=fingerprint(target),
+    recipe = recipe_of(kind)
+    config.update(specdiff_role=registry.get(kind).distilled_role, specdiff_target=verifier, specdiff_target_fingerprint=fingerprint(target),
                   specdiff_shared_from_target=["embeddings", "lm_head"] if recipe.draft_vocab else ["embeddings"])
     if recipe.names_class:
         config["architectures"] = [type(model).__name__]

@@ -276,8 +276,6 @@ def test_bench_leniency_refuses_a_threshold_outside_the_unit_interval(capsys):
 
 
 def test_bench_leniency_pools_repeats_per_problem_for_points_and_intervals():
-    from argparse import Namespace
-
     from specdiff.bench.leniency import _report
 
     costs = {"verifier": {"per_forward_ms": 10.0, "per_token_ms": 0.0}}
@@ -289,7 +287,7 @@ def test_bench_leniency_pools_repeats_per_problem_for_points_and_intervals():
 
     runs = {"lossless": [run([8, 8, 8], [1, 1, 1], [1, 1, 0], 8.0), run([8, 8, 8], [1, 1, 2], [1, 0, 0], 6.0)],
             "lenient": [run([8, 8, 8], [0.5, 1, 1], [1, 1, 1], 9.6), run([8, 8, 8], [0.5, 0.5, 1], [1, 1, 0], 12.0)]}
-    out = _report(runs, costs, Namespace(seed=0))
+    out = _report(runs, costs, seed=0)
     # pooled over both repeats, problem by problem: 48 tokens in 7 s against 48 tokens in 4.5 s
     assert out["throughput_ratio"] == pytest.approx(7 / 4.5)
     assert out["accuracy_lossless"] == pytest.approx(0.5) and out["accuracy_lenient"] == pytest.approx(5 / 6)
@@ -298,3 +296,20 @@ def test_bench_leniency_pools_repeats_per_problem_for_points_and_intervals():
     for key in ("throughput_ratio", "accuracy_difference"):
         low, high = out[f"{key}_95"]
         assert low <= out[key] <= high, key
+
+
+def test_bench_leniency_takes_explicit_settings_not_the_namespace():
+    """The command turns its flags into a frozen `LeniencySettings` (issue 52): the bench reads no argparse."""
+    import dataclasses
+
+    from specdiff.bench.leniency import LeniencySettings
+    from specdiff.cli import build_parser
+    from specdiff.commands.bench_leniency import settings_of
+
+    args = build_parser().parse_args(["bench", "leniency", "--drafter", "block", "--threshold", "0.9", "0.5",
+                                      "--problems", "7", "--seed", "3"])
+    settings = settings_of(args)
+    assert settings == LeniencySettings(drafter="block", steps=(2, 4), threshold=(0.9, 0.5), problems=7, seed=3)
+    assert settings_of(build_parser().parse_args(["bench", "leniency"])).threshold is None
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        settings.seed = 1

@@ -44,6 +44,14 @@ def test_an_unknown_drafter_is_refused_naming_what_it_is_not():
         ref("masked", "teacher")
 
 
+def test_the_zoo_verifier_is_no_drafter():
+    """As before issue 52's refs work: the testbed's verifier named as a drafter is refused (it used to be taken as
+    an AR drafter once names were resolved by `ref`), while it stays a verifier and a tokenizer's name."""
+    with pytest.raises(models.UnknownDrafter, match=r"^unknown drafter 'verifier' \(unknown model\): not a kind"):
+        ref("verifier")
+    assert ref("verifier", "verifier").testbed
+
+
 def test_a_pair_refuses_a_testbed_drafter_for_a_real_verifier_before_any_weights(tmp_path):
     (tmp_path / "config.json").write_text('{"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3"}')
     with pytest.raises(ValueError, match="do not fit the vocabulary of the real verifier"):

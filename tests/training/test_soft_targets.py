@@ -58,7 +58,7 @@ def _step_loss(setup, kind: str, draft_size: int = DRAFT_SIZE, **options):
     from specdiff import models
     from specdiff.training import build, data
 
-    recipe = distill.RECIPES[kind]
+    recipe = distill.recipe_of(kind)
     settings = {**recipe.defaults, **OPTIONS[kind], **options, "dtype": "float32", "shards": None}
     target = models.load(setup["verifier"], dtype="float32").model.eval().requires_grad_(False)
     conversations = data.conversations(setup["data"], setup["verifier"])

@@ -190,3 +190,21 @@ def test_a_checkpoint_of_another_format_is_refused_naming_it(tmp_path):
     torch.save({"model": {}, "optimizer": {}, "step": 3, "log": []}, path)  # the old `zoo train` format
     state = checkpoint.read(path)
     assert state["step"] == 3 and state["generator"] is None and state["losses"] == [] and state["seconds"] == 0.0
+
+
+@pytest.mark.parametrize("kind", ["block", "lookup", "autoregressive", "nope"])
+def test_a_kind_not_distilled_is_refused_with_the_same_text_as_before_issue_52(kind):
+    """The recipes and fresh models are found through the kind's declared `distilled_role` (issue 52); a kind without
+    one, an alias or an unknown name is refused as it was when the tables were keyed by kind name."""
+    from specdiff.training import build
+
+    with pytest.raises(ValueError) as refused:
+        distill.recipe_of(kind)
+    assert str(refused.value) == f"unknown drafter kind {kind!r} to distill; choose from dflash, ar, masked"
+    with pytest.raises(ValueError) as refused:
+        distill.train(kind, "verifier", "no-data", "no-out")
+    assert str(refused.value) == f"unknown drafter kind {kind!r} to distill; choose from dflash, ar, masked"
+    with pytest.raises(ValueError) as refused:
+        build.drafter(kind, None, {}, None, 4)
+    assert str(refused.value) == f"no distilled drafter of kind {kind!r}; choose from dflash, ar, masked"
+    assert list(distill.DEFAULTS) == ["dflash", "ar", "masked"]
