@@ -219,6 +219,12 @@ def _forward(model, cache, ids, positions, hidden_layers, logits: bool = True):
     return out.logits, hidden
 
 
+def compile_mode() -> str:
+    """Inductor's mode: $SPECDIFF_COMPILE_MODE, else "default" ("max-autotune-no-cudagraphs" also autotunes the matrix
+    products: inductor's AMX micro-GEMMs where the CPU has AMX; far longer to compile)."""
+    return os.environ.get("SPECDIFF_COMPILE_MODE") or "default"
+
+
 def _compiled(model):
     """`_forward` compiled for one model, as a module holding it: its weights are then the graph's parameters, which
     freezing folds into the graph as constants (a model passed as an argument would stay a graph input). Each
@@ -227,7 +233,10 @@ def _compiled(model):
     code = _Step.forward.__code__.replace(co_name=f"forward_{id(model):x}")
     forward = types.FunctionType(code, _Step.forward.__globals__, code.co_name)
     step = type("_Step", (_Step,), {"forward": forward})(model)
-    return torch.compile(step, fullgraph=True, dynamic=False, options={"freezing": True})
+    from torch._inductor import list_mode_options
+
+    options = {**list_mode_options(compile_mode()), "freezing": True}  # torch.compile takes mode or options
+    return torch.compile(step, fullgraph=True, dynamic=False, options=options)
 
 
 def _frozen():
