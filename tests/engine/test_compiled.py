@@ -47,10 +47,17 @@ CHI_ROWS = 32_768  # a power of two: every batch slot is a row
 
 @pytest.fixture(scope="module", autouse=True)
 def _compile_dir(tmp_path_factory):
-    """Inductor's caches in a temporary folder, or in $SPECDIFF_COMPILE_DIR where it is set (warm reruns)."""
+    """Inductor's caches in a temporary folder, or in $SPECDIFF_COMPILE_DIR where it is set (warm reruns); inductor's
+    "default" mode unless $SPECDIFF_COMPILE_MODE says otherwise (max-autotune, the AMX default, autotunes every
+    matrix product: minutes more on these tiny models; what the tests check, rollback, buckets and exactness against
+    the same graphs, does not depend on the mode)."""
     before = os.environ.get("SPECDIFF_COMPILE_DIR")
     os.environ["SPECDIFF_COMPILE_DIR"] = before or str(tmp_path_factory.mktemp("compile"))
+    mode = os.environ.get("SPECDIFF_COMPILE_MODE")
+    os.environ["SPECDIFF_COMPILE_MODE"] = mode or "default"
     yield
+    if mode is None:
+        os.environ.pop("SPECDIFF_COMPILE_MODE", None)
     if before is None:
         os.environ.pop("SPECDIFF_COMPILE_DIR", None)
     else:
@@ -257,6 +264,18 @@ def test_a_killed_first_compile_and_a_corrupted_cache_leave_the_next_run_exact(t
         if path.is_file():
             path.write_bytes(b"\x80garbage")  # every cached artefact corrupted
     assert _run(tmp_path) == "EXACT None"
+
+
+def test_the_compile_mode_is_max_autotune_on_amx_and_default_elsewhere(monkeypatch):
+    from specdiff.engine import compiled
+
+    monkeypatch.delenv("SPECDIFF_COMPILE_MODE", raising=False)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True)
+    assert compiled.compile_mode() == "max-autotune-no-cudagraphs"
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+    assert compiled.compile_mode() == "default"
+    monkeypatch.setenv("SPECDIFF_COMPILE_MODE", "reduce-overhead")
+    assert compiled.compile_mode() == "reduce-overhead"
 
 
 def test_generate_refuses_compile_with_trees_or_a_router(capsys):
