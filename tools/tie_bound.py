@@ -13,6 +13,15 @@ specdiff token that is HF's second choice with a top-2 gap at most the bound is 
 
     python tools/tie_bound.py --dtype bfloat16 --positions 10000 --out docs/results/precision/tie_bound_bfloat16.json
 
+Compiled (`--compile`, issue 53): the same two measurements on the compiled verifier's graphs
+(`specdiff.engine.compiled.CompiledVerifier`): the chunk-1 graph (compiled plain decoding) against the chunk-W graph
+(compiled verification), which round differently as eager's forwards do. Without distillation data (`--data`) the
+sequences are the validation prompts (`--prompts`, never the bench's test prompts) and the chunk-1 graph's own greedy
+continuation of each (`--length` new tokens, every one measured):
+
+    python tools/tie_bound.py --compile --chunks 5 9 --tree-leaves 0 --prompts 40 --length 96 \
+        --out docs/results/precision/tie_bound_bfloat16_compiled.json
+
 Trees: each forward is also measured as a draft tree (`specdiff.engine.tree.score_tree`) whose one branch is a
 chunk of 8 and whose other nodes are random leaves (--tree-leaves), the branch's logits compared.
 """
@@ -78,6 +87,39 @@ def logits_by_chunks(model, ids: list[int], start: int, chunk: int, tree_extra: 
     return torch.cat(out)
 
 
+@torch.inference_mode()
+def compiled_logits_by_chunks(verifiers: dict, ids: list[int], start: int, chunk: int) -> torch.Tensor:
+    """[len(ids) - start, V] float32: the logits of positions start..end from the compiled verifier of chunk width
+    `chunk` (`verifiers[chunk]`, built at temperature 1: its scores are the raw logits), the prefix ids[:start]
+    prefilled, then `chunk` tokens per forward (the last forward padded to the graph's width)."""
+    verifier = verifiers[chunk]
+    tokens = torch.tensor([ids])
+    verifier.reserve(len(ids) + chunk + 1)
+    verifier.start(tokens[:, :start], torch.ones(1, start, dtype=torch.bool))  # prefills ids[:start - 1]
+    out = []
+    for i in range(start - 1, len(ids) - 1, chunk):  # chunk i.. scores the tokens after ids[i..]
+        piece = tokens[:, i:min(i + chunk, len(ids) - 1)]
+        logits, _ = verifier.score(piece)
+        out.append(logits[0].float())
+        verifier.commit(torch.tensor([piece.shape[1]]))
+    return torch.cat(out)
+
+
+def compiled_sequences(model, tokenizer, prompts: int, length: int) -> list[tuple[list[int], int]]:
+    """(ids, start) per validation prompt: the prompt and the chunk-1 graph's greedy continuation of `length` tokens
+    (EOS included where it comes), measured from the prompt's last token on."""
+    from specdiff.engine.baselines import verifier_generate
+    from specdiff.engine.compiled import CompiledVerifier
+    from specdiff.runs.prompts import validation_prompts
+
+    greedy = CompiledVerifier(model, temperature=0.0)
+    out = []
+    for prompt in validation_prompts(tokenizer, prompts):
+        new, _ = verifier_generate(greedy, [prompt.ids], length, set())
+        out.append((prompt.ids + new[0], len(prompt.ids)))
+    return out
+
+
 def kernels() -> str:
     """The kernel family this process runs (issue 54): ATen's vector ISA, and the caps set in the environment."""
     import os
@@ -110,6 +152,9 @@ def main(argv=None) -> int:
                         help="also trees: each chunk of 8 a branch with this many random leaves (0: chains only)")
     parser.add_argument("--data", default=None, help="default data/distill/VERIFIER")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--compile", action="store_true",
+                        help="the compiled verifier's graphs: chunk 1 against chunk W (module docstring)")
+    parser.add_argument("--prompts", type=int, default=40, help="--compile without --data: validation prompts")
     parser.add_argument("--out", default=None, help="the JSON result (default: print it)")
     parser.add_argument("--record", action="store_true",
                         help="also record the bound in specdiff/bench/tie_bounds.json (the bench's near-tie bound)")
@@ -119,17 +164,37 @@ def main(argv=None) -> int:
 
     torch.set_num_threads(args.threads)
     model = models.load(args.verifier, dtype=args.dtype).model.eval()
-    seqs = sequences(Path(args.data or ROOT / "data" / "distill" / args.verifier), args.positions, args.length)
-    start = args.length // 2
     shapes = [(w, 0) for w in args.chunks] + ([(8, args.tree_leaves)] if args.tree_leaves else [])
-    per_chunk = {shape: {"delta_logit": [], "delta_gap": []} for shape in shapes}
     began = time.time()
-    for ids in progress(seqs, desc=f"tie bound ({args.dtype})", unit="sequence"):
-        one = logits_by_chunks(model, ids, start, 1)  # [T, V]: one token at a time
+    if args.compile:
+        if args.tree_leaves:
+            raise SystemExit("--compile measures chains only (the compiled verifier scores no trees): --tree-leaves 0")
+        from specdiff.engine.compiled import CompiledVerifier
+
+        verifiers = {w: CompiledVerifier(model, temperature=1.0) for w in [1, *args.chunks]}  # raw logits
+        if args.data:
+            seqs = [(ids, args.length // 2) for ids in sequences(Path(args.data), args.positions, args.length)]
+        else:
+            seqs = compiled_sequences(model, models.load_tokenizer(args.verifier), args.prompts, args.length)
+
+        def chunked(ids, start, w, leaves):
+            return compiled_logits_by_chunks(verifiers, ids, start, w)
+    else:
+        seqs = [(ids, args.length // 2)
+                for ids in sequences(Path(args.data or ROOT / "data" / "distill" / args.verifier), args.positions,
+                                     args.length)]
+
+        def chunked(ids, start, w, leaves):
+            return logits_by_chunks(model, ids, start, w, leaves)
+    start = min(s for _, s in seqs)
+    per_chunk = {shape: {"delta_logit": [], "delta_gap": []} for shape in shapes}
+    for ids, begin in progress(seqs, desc=f"tie bound ({args.dtype}{', compiled' if args.compile else ''})",
+                               unit="sequence"):
+        one = chunked(ids, begin, 1, 0)  # [T, V]: one token at a time
         top = one.topk(2, dim=-1).indices  # [T, 2]
         gap = one.gather(-1, top[:, :1]) - one.gather(-1, top[:, 1:])  # [T, 1]
         for w, leaves in shapes:
-            multi = logits_by_chunks(model, ids, start, w, leaves)
+            multi = chunked(ids, begin, w, leaves)
             moved = multi.gather(-1, top[:, :1]) - multi.gather(-1, top[:, 1:])
             per_chunk[(w, leaves)]["delta_logit"] += (multi - one).abs().amax(-1).tolist()
             per_chunk[(w, leaves)]["delta_gap"] += (moved - gap).abs()[:, 0].tolist()
@@ -137,6 +202,7 @@ def main(argv=None) -> int:
         "positions": len(v["delta_gap"]), "max_delta_logit": max(v["delta_logit"]), "max_delta_gap": max(v["delta_gap"]),
         "p999_delta_gap": float(np.quantile(v["delta_gap"], 0.999))} for (w, leaves), v in per_chunk.items()}
     result = {"verifier": args.verifier, "dtype": args.dtype, "kernels": kernels(), "cpu": cpu_name(),
+              "compiled": bool(args.compile),
               "sequences": len(seqs), "measured_from": start,
               "threads": args.threads, "torch": torch.__version__, "seconds": round(time.time() - began, 1),
               "bound": max(s["max_delta_gap"] for s in summary.values()),

@@ -25,7 +25,7 @@ def compiled_rows(configs: dict, verifier, cache, prompts: list, settings) -> di
             from specdiff.engine.compiled import CompiledVerifier
 
             verifiers[block, batch] = CompiledVerifier.of(verifier)
-            verifiers[block, batch].reserve(longest + block + 1)
+            verifiers[block, batch].reserve(longest + block + 1, batch)  # a last, partial batch: the same graph
         return verifiers[block, batch]
 
     rows = {"ar_compiled": _plain(compiled_verifier(0, 1), "ar_compiled", 1)}
@@ -76,7 +76,7 @@ def _speculative(config, cache, verifier) -> Method:
         share = 1 / len(prompts)
         return [{"ids": ids, "rounds": stats.rounds, "accepted": sum(stats.accepted),
                  "draft_s": out.summary.draft_s * share, "forward_s": out.summary.forward_s * share,
-                 "verify_s": out.summary.verify_s * share} for ids, stats in zip(out.token_ids, out.stats)]
+                 "verify_s": out.summary.verify_s * share, "prefill_s": out.summary.prefill_s * share} for ids, stats in zip(out.token_ids, out.stats)]
 
     return Method(config.name, generator.exact, call, config.batch_size,
                   {**config.as_dict(), "compiled": True, "compile_s": verifier.compile_s})

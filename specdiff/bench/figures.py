@@ -4,7 +4,9 @@ Terms: tokens_per_s is the row's generated tokens over the sum of its per-prompt
 (tokens_per_cpu_s: over CPU seconds instead); mean_accepted: accepted drafted tokens per round (HF rows: new
 tokens per verifier forward, minus one; plain decoding: 0); tokens_per_round: new tokens per round;
 ms_per_round, draft_ms, verify_ms (the verifier's forward), accept_ms (the acceptance rule) and overhead_ms
-(everything else) per round of speculative rows; accuracy: the share of right answers where the suite scores
+(everything else, accept_ms and the prefill included) per round of speculative rows; prefill_ms per prompt (the
+verifier's and the drafter's prefill) and round_outside_forwards_ms per round (the round's work outside the
+drafter's and the verifier's calls: the acceptance rule, the commits and the bookkeeping; the prefill excluded); accuracy: the share of right answers where the suite scores
 them; greedy_identical: the share of prompts whose ids equal a reference's (HF greedy), per_kind: the
 acceptance figures per prompt kind, per_prompt: each prompt's figures.
 """
@@ -24,6 +26,10 @@ def figures(records: list[dict], prompts: list, reference: list | None = None, s
         draft, forward, verify = (sum(r[key] for r in records) for key in ("draft_s", "forward_s", "verify_s"))
         out.update(rounds=rounds, draft_ms=1000 * draft / rounds, verify_ms=1000 * forward / rounds,
                    accept_ms=1000 * (verify - forward) / rounds, overhead_ms=1000 * (seconds - draft - forward) / rounds)
+        if all("prefill_s" in r for r in records):  # the round's own work: the prefill taken out
+            prefill = sum(r["prefill_s"] for r in records)
+            out.update(prefill_ms=1000 * prefill / len(records),
+                       round_outside_forwards_ms=1000 * (seconds - draft - forward - prefill) / rounds)
     if score is not None:
         correct = [score(decode(r["ids"]), p) for r, p in zip(records, prompts)]
         out["accuracy"] = sum(correct) / len(correct)

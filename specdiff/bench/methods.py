@@ -45,7 +45,7 @@ def speculative(config, cache) -> Method:
         share = 1 / len(prompts)
         return [{"ids": ids, "rounds": stats.rounds, "accepted": sum(stats.accepted),
                  "draft_s": out.summary.draft_s * share, "forward_s": out.summary.forward_s * share,
-                 "verify_s": out.summary.verify_s * share} for ids, stats in zip(out.token_ids, out.stats)]
+                 "verify_s": out.summary.verify_s * share, "prefill_s": out.summary.prefill_s * share} for ids, stats in zip(out.token_ids, out.stats)]
     return Method(config.name, generator.exact, call, config.batch_size, config.as_dict())
 
 

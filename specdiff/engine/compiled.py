@@ -77,7 +77,7 @@ class CompiledVerifier(Verifier):
         self.graphs = set()  # (slots, chunk width, cache width, hidden layers) of every graph called
         self.compile_s = {}  # "batch B chunk N cache W" -> seconds its first call took (compile or cache load)
         self.bucket = 1  # the widest chunk width compiled (1 until a wider chunk comes)
-        self._reserved, self.min_width = 0, int(min_width)
+        self._reserved, self._reserved_batch, self.min_width = 0, 1, int(min_width)
         self._graph = None
         self._pad = int(getattr(model.config, "pad_token_id", None) or 0)
 
@@ -86,9 +86,12 @@ class CompiledVerifier(Verifier):
         """The compiled copy of an eager `Verifier`: the same model and sampling settings (`options` as above)."""
         return cls(verifier.model, verifier.temperature, verifier.top_p, verifier.top_k, **options)
 
-    def reserve(self, columns: int) -> None:
-        """The longest row (prompt, generated tokens and one round's chunk) the next batches may reach."""
+    def reserve(self, columns: int, batch: int = 1) -> None:
+        """The longest row (prompt, generated tokens and one round's chunk) the next batches may reach, and their
+        largest batch: a smaller batch then runs in as many slots, so that one graph serves a run's every batch (a
+        last, partial batch never compiles a graph of its own mid-run)."""
         self._reserved = max(self._reserved, int(columns))
+        self._reserved_batch = max(self._reserved_batch, int(batch))
 
     @property
     def rollback_stats(self):
@@ -101,7 +104,7 @@ class CompiledVerifier(Verifier):
         eager verifier's) when asked."""
         batch, width = ids.shape
         lengths = key_mask.sum(-1)  # [b]
-        slots = 1 << (batch - 1).bit_length()  # the batch rounded up to a power of two
+        slots = 1 << (max(batch, self._reserved_batch) - 1).bit_length()  # rounded up to a power of two
         columns = max(self._reserved, width + self.bucket)  # reserved: the longest row plus its widest chunk
         columns = max(self.min_width, 1 << (columns - 1).bit_length())
         cache = getattr(self, "_static", None)
@@ -255,6 +258,9 @@ def _frozen():
 
     stack = contextlib.ExitStack()
     stack.enter_context(torch._inductor.config.patch(freezing=True))
+    # max-autotune's tables of timed choices (dozens of stderr lines per graph): the progress bar says enough
+    stack.enter_context(torch._inductor.config.patch(autotune_num_choices_displayed=0,
+                                                     max_autotune_report_choices_stats=False))
     stack.enter_context(torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT))
     return stack
 

@@ -111,7 +111,8 @@ class SpeculativeGenerator:
         budgets = self._budgets(rows, int(max_new_tokens))
         if self.tree is not None:
             return self._generate_trees(rows, budgets, generator)
-        token_ids, stats, totals = [], [], {"draft_s": 0.0, "verify_s": 0.0, "forward_s": 0.0, "wall_s": 0.0}
+        token_ids, stats, totals = [], [], {"draft_s": 0.0, "verify_s": 0.0, "forward_s": 0.0, "wall_s": 0.0,
+                                            "prefill_s": 0.0}
         rollback = {}
         batches = range(0, len(rows), self.batch_size)
         batches = progress_bar(batches, desc="batches", enabled=progress and len(batches) > 1)
@@ -156,13 +157,14 @@ class SpeculativeGenerator:
             verifier.reserve(max(len(row) + budget for row, budget in zip(rows, budgets)) + block + 1)
         layers = drafter.verifier_hidden_layers
         drafter.start(ids, key_mask, verifier.start(ids, key_mask, layers))
+        prefilled = time.perf_counter()
         controller = self.controller
         if controller is not None:
             controller.start(len(rows), block)
         outputs = [[] for _ in rows]
         stats = [SequenceStats(exact=self.exact, block_size=block) for _ in rows]
         live = list(range(len(rows)))  # original index of each row still in the batch
-        totals = {"draft_s": 0.0, "verify_s": 0.0, "forward_s": 0.0}
+        totals = {"draft_s": 0.0, "verify_s": 0.0, "forward_s": 0.0, "prefill_s": prefilled - begin}
         sync = torch.cuda.synchronize if ids.is_cuda else (lambda: None)
         round_index = 0
         while live:

@@ -47,12 +47,14 @@ class Summary:
     # over batches: rewinds, replays (chunked kernel replayed), replay_skipped (every row kept everything),
     # checkpoint_rewinds, rewind_s, stepwise_forwards (a model fed one token per forward: Jamba); else None
     state_rollback: dict | None = None
+    prefill_s: float = 0.0  # total over batches: both prefills (the verifier's and the drafter's start)
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
-def summarize(stats: list[SequenceStats], wall_s: float, draft_s: float, verify_s: float, forward_s: float) -> Summary:
+def summarize(stats: list[SequenceStats], wall_s: float, draft_s: float, verify_s: float, forward_s: float,
+              prefill_s: float = 0.0) -> Summary:
     """Aggregates per-sequence statistics; the seconds are totals over all batches."""
     rounds = sum(s.rounds for s in stats)
     accepted = sum(sum(s.accepted) for s in stats)
@@ -66,5 +68,5 @@ def summarize(stats: list[SequenceStats], wall_s: float, draft_s: float, verify_
         tokens_per_s=new_tokens / wall_s if wall_s > 0 else 0.0,
         latency_s=sum(s.wall_s for s in stats) / len(stats) if stats else 0.0,
         draft_s=draft_s, verify_s=verify_s, forward_s=forward_s, wall_s=wall_s,
-        exact=all(s.exact for s in stats),
+        exact=all(s.exact for s in stats), prefill_s=prefill_s,
     )

@@ -266,6 +266,21 @@ def test_a_killed_first_compile_and_a_corrupted_cache_leave_the_next_run_exact(t
     assert _run(tmp_path) == "EXACT None"
 
 
+def test_a_partial_last_batch_runs_in_the_reserved_slots_and_decodes_the_same():
+    """reserve(columns, batch): a smaller batch runs in the reserved batch's slots (one graph for a run's every batch,
+    none compiled mid-run for its last, partial batch), and its rows decode as they do in their own slots."""
+    model = tiny_qwen3(V, seed=3, layers=2, logit_scale=4.0)
+    reserved = CompiledVerifier(model, temperature=0.0, compile=False, min_width=64, progress=False)
+    reserved.reserve(48, batch=8)
+    own = CompiledVerifier(model, temperature=0.0, compile=False, min_width=64, progress=False)
+    draws = torch.Generator().manual_seed(0)
+    wide, _ = baselines.verifier_generate(reserved, GREEDY_PROMPTS, 12, set(), draws)
+    assert reserved.cache.batch == 8
+    narrow, _ = baselines.verifier_generate(own, GREEDY_PROMPTS, 12, set(), draws)
+    assert own.cache.batch == 4
+    assert wide == narrow
+
+
 def test_the_compile_mode_is_max_autotune_on_amx_and_default_elsewhere(monkeypatch):
     from specdiff.engine import compiled
 
