@@ -169,7 +169,7 @@ def main(argv=None) -> int:
     if args.compile:
         if args.tree_leaves:
             raise SystemExit("--compile measures chains only (the compiled verifier scores no trees): --tree-leaves 0")
-        from specdiff.engine.compiled import CompiledVerifier
+        from specdiff.engine.compiled import CompiledVerifier, compile_mode
 
         verifiers = {w: CompiledVerifier(model, temperature=1.0) for w in [1, *args.chunks]}  # raw logits
         if args.data:
@@ -202,7 +202,7 @@ def main(argv=None) -> int:
         "positions": len(v["delta_gap"]), "max_delta_logit": max(v["delta_logit"]), "max_delta_gap": max(v["delta_gap"]),
         "p999_delta_gap": float(np.quantile(v["delta_gap"], 0.999))} for (w, leaves), v in per_chunk.items()}
     result = {"verifier": args.verifier, "dtype": args.dtype, "kernels": kernels(), "cpu": cpu_name(),
-              "compiled": bool(args.compile),
+              "compiled": bool(args.compile), **({"mode": compile_mode()} if args.compile else {}),
               "sequences": len(seqs), "measured_from": start,
               "threads": args.threads, "torch": torch.__version__, "seconds": round(time.time() - began, 1),
               "bound": max(s["max_delta_gap"] for s in summary.values()),
