@@ -10,9 +10,11 @@ Terms:
   than the shipped file's is made offline from it with `llama_cpp.llama_model_quantize` (requantising allowed)
   and cached next to it as `source.<quant>.gguf` (written to a temporary file, then renamed; rebuilt when the
   file is missing, is not that quant, or does not decode);
-- a probe: loading a GGUF and decoding two tokens in a child process. A file is used only once its probe
-  passed: a broken build or a damaged file can crash llama.cpp (a segmentation fault), which must not end a
-  bench run after its tuning; a failed probe of the shipped GGUF skips every llama.cpp row, saying why;
+- a probe: loading a GGUF and decoding two tokens after the first measured prompt, in a child process; a quant
+  is made in a child process too. A file is used only once its probe passed: a broken build, a damaged file or
+  an odd prompt can crash llama.cpp (llama-cpp-python 0.3.36 here: a segmentation fault decoding the ids
+  1, 2, 3, 4, 5 of SmolLM2's GGUF), which must not end a bench run after its tuning; a failed probe of the
+  shipped GGUF skips every llama.cpp row, saying why;
 - a row `llama_cpp_<quant>` (`bench.rows.llama_cpp`): greedy (top-k 1, temperature 0, no penalties), batch 1,
   `settings.threads` threads, on the bench's own prompt ids (the verifier's chat template exactly as the bench
   applied it: no text is tokenised again), stopping after the verifier's end token (kept, as plain decoding
@@ -39,19 +41,30 @@ from specdiff.bench.methods import Method
 INSTALL = 'pip install "specdiff[llama]"'
 SHIPPED = "gguf"  # the `llama_cpp` entry for the GGUF as shipped
 QUANTS = ("q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "f16")  # the quants a `llama_cpp` entry may name
-PROBE_S = 300  # the most seconds a probe may take (loading and two tokens take about one)
-# the child process of a probe: load the GGUF, decode two tokens greedily, print its file type
-PROBE = """
+CHILD_S = 600  # the most seconds a child may take (a probe takes about one, a quant a few)
+# a child process: `probe PATH THREADS IDS` loads the GGUF, decodes two tokens greedily after the ids (comma-
+# separated) and prints its file type; `quantize SOURCE OUT QUANT THREADS` makes OUT from SOURCE (requantising)
+CHILD = """
 import json, sys
 import llama_cpp
-engine = llama_cpp.Llama(model_path=sys.argv[1], n_ctx=64, n_threads=int(sys.argv[2]),
-                         n_threads_batch=int(sys.argv[2]), verbose=False)
-tokens = []
-for token in engine.generate([engine.token_bos()], top_k=1, top_p=1.0, min_p=0.0, temp=0.0, repeat_penalty=1.0):
-    tokens.append(token)
-    if len(tokens) == 2:
-        break
-print(json.dumps({"file_type": int(engine.metadata.get("general.file_type", -1)), "tokens": tokens}))
+mode, path = sys.argv[1], sys.argv[2]
+if mode == "probe":
+    threads, ids = int(sys.argv[3]), [int(token) for token in sys.argv[4].split(",")]
+    engine = llama_cpp.Llama(model_path=path, n_ctx=len(ids) + 8, n_threads=threads, n_threads_batch=threads,
+                             verbose=False)
+    tokens = []
+    for token in engine.generate(ids, top_k=1, top_p=1.0, min_p=0.0, temp=0.0, repeat_penalty=1.0):
+        tokens.append(int(token))
+        if len(tokens) == 2:
+            break
+    print(json.dumps({"file_type": int(engine.metadata.get("general.file_type", -1)), "tokens": tokens}))
+else:
+    import ctypes
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = getattr(llama_cpp, "LLAMA_FTYPE_MOSTLY_" + sys.argv[4].upper())
+    params.allow_requantize = True  # the source is quantised already
+    params.nthread = int(sys.argv[5])
+    sys.exit(llama_cpp.llama_model_quantize(path.encode(), sys.argv[3].encode(), ctypes.byref(params)))
 """
 
 
@@ -76,18 +89,27 @@ def gguf_path(verifier: str) -> Path:
     return path
 
 
-def probe(path: Path, threads: int = 1) -> tuple[int | None, str | None]:
-    """(the GGUF's llama.cpp file type, None) when it loads and decodes in a child process, else (None, why)."""
+def probe(path: Path, ids: list[int], threads: int = 1) -> tuple[int | None, str | None]:
+    """(the GGUF's llama.cpp file type, None) when it loads and decodes two tokens after `ids` (the first measured
+    prompt's) in a child process, else (None, why)."""
+    done, why = _child(["probe", str(path), str(threads), ",".join(map(str, ids))], f"decoding two tokens of {path.name}")
+    if why is not None:
+        return None, why
+    return json.loads(done.stdout.strip().splitlines()[-1])["file_type"], None
+
+
+def _child(arguments: list[str], what: str):
+    """(the finished child process, None), or (None, why) when it failed or took over CHILD_S seconds."""
     try:
-        done = subprocess.run([sys.executable, "-c", PROBE, str(path), str(threads)], capture_output=True,
-                              text=True, timeout=PROBE_S)
+        done = subprocess.run([sys.executable, "-c", CHILD, *arguments], capture_output=True, text=True,
+                              timeout=CHILD_S)
     except subprocess.TimeoutExpired:
-        return None, f"decoding two tokens of {path.name} took over {PROBE_S} s"
+        return None, f"llama.cpp took over {CHILD_S} s {what}"
     if done.returncode != 0:
         how = f"signal {-done.returncode}" if done.returncode < 0 else f"exit status {done.returncode}"
         last = (done.stderr.strip().splitlines() or [""])[-1]
-        return None, f"llama.cpp failed decoding two tokens of {path.name} ({how}){': ' + last if last else ''}"
-    return json.loads(done.stdout.strip().splitlines()[-1])["file_type"], None
+        return None, f"llama.cpp failed {what} ({how}){': ' + last if last else ''}"
+    return done, None
 
 
 def quant_of(file_type: int) -> str:
@@ -98,40 +120,33 @@ def quant_of(file_type: int) -> str:
     return names.get(file_type, f"ftype{file_type}")
 
 
-def quantized(source: Path, quant: str, threads: int, say=None) -> tuple[Path | None, str | None]:
-    """(the cached `quant` file made from `source`, None), made when it is missing or fails its probe; else
-    (None, why)."""
-    import ctypes
-
-    import llama_cpp
-
+def quantized(source: Path, quant: str, ids: list[int], threads: int, say=None) -> tuple[Path | None, str | None]:
+    """(the cached `quant` file made from `source`, None), made again when it is missing or fails its probe (on
+    `ids`); else (None, why)."""
     say = say or (lambda *a: None)
     path = source.with_name(f"{source.stem}.{quant}.gguf")
     if path.is_file():
-        file_type, error = probe(path, threads)
+        file_type, error = probe(path, ids, threads)
         if error is None and quant_of(file_type) == quant:
             return path, None
         say(f"llama.cpp: {path} is not a decodable {quant} file ({error or quant_of(file_type)}): making it again")
-    partial = path.with_name(path.name + ".partial")
-    params = llama_cpp.llama_model_quantize_default_params()
-    params.ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{quant.upper()}")
-    params.allow_requantize = True  # the source is quantised already
-    params.nthread = threads
+    partial = path.with_name(path.name + ".partial")  # renamed once complete: a killed run leaves no half file
     say(f"llama.cpp: making {path.name} from {source.name} (llama_model_quantize, {quant})")
-    if llama_cpp.llama_model_quantize(str(source).encode(), str(partial).encode(), ctypes.byref(params)) != 0:
+    _, error = _child(["quantize", str(source), str(partial), quant, str(threads)], f"making {quant} from {source}")
+    if error is not None:
         partial.unlink(missing_ok=True)
-        return None, f"llama_model_quantize could not make {quant} from {source}"
+        return None, error
     partial.replace(path)
-    file_type, error = probe(path, threads)
+    file_type, error = probe(path, ids, threads)
     if error is not None or quant_of(file_type) != quant:
         return None, f"{path} was made but is not a decodable {quant} file ({error or quant_of(file_type)})"
     return path, None
 
 
-def plan(settings, say=None) -> tuple[list, dict, str | None]:
+def plan(settings, ids: list[int], say=None) -> tuple[list, dict, str | None]:
     """([(Row, GGUF file)] of the llama.cpp rows the settings ask for, {what: why} of those skipped, the shipped
     GGUF's row name where it is measured), before anything is tuned: the package, the GGUF and each file's probe
-    are checked, the quants made."""
+    (on `ids`, the first measured prompt's) are checked, the quants made."""
     if not settings.llama_cpp:
         return [], {}, None
     reason = missing_package()
@@ -141,7 +156,7 @@ def plan(settings, say=None) -> tuple[list, dict, str | None]:
         source = gguf_path(settings.verifier)
     except FileNotFoundError as error:
         return [], {"llama_cpp": str(error)}, None
-    file_type, error = probe(source, settings.threads)
+    file_type, error = probe(source, ids, settings.threads)
     if error is not None:
         return [], {"llama_cpp": error}, None
     shipped = quant_of(file_type)
@@ -151,7 +166,7 @@ def plan(settings, say=None) -> tuple[list, dict, str | None]:
         row = named.llama_cpp(quant)
         if row in planned:
             continue
-        path, reason = (source, None) if quant == shipped else quantized(source, quant, settings.threads, say)
+        path, reason = (source, None) if quant == shipped else quantized(source, quant, ids, settings.threads, say)
         if reason is not None:
             skipped[row.name] = reason
             continue
@@ -159,21 +174,21 @@ def plan(settings, say=None) -> tuple[list, dict, str | None]:
     return list(planned.items()), skipped, named.llama_cpp(shipped).name if source in planned.values() else None
 
 
-def methods(planned: list, verifier, prompts: list, settings) -> dict[str, Method]:
+def methods(planned: list, eos: set[int], prompts: list, settings) -> dict[str, Method]:
     """{row name: Method} of `plan`'s rows: one llama.cpp engine per file, its context long enough for the longest
-    prompt and max_new_tokens."""
+    prompt and max_new_tokens; `eos`: the verifier's end tokens (`engine.generate.eos_token_ids`)."""
     import llama_cpp
 
-    from specdiff.engine.generate import eos_token_ids
-
-    eos = eos_token_ids(verifier.model, None)
     context = max(512, max(len(prompt.ids) for prompt in prompts) + settings.max_new_tokens + 8)
     return {row.name: _method(llama_cpp, row, path, eos, context, settings.threads) for row, path in planned}
 
 
 def _method(llama_cpp, row, path: Path, eos: set[int], context: int, threads: int) -> Method:
+    import atexit
+
     engine = llama_cpp.Llama(model_path=str(path), n_ctx=context, n_threads=threads, n_threads_batch=threads,
                              verbose=False, seed=0)
+    atexit.register(engine.close)  # freed before the interpreter's teardown (its __del__ then fails, noisily)
     stops = set(eos) | {engine.token_eos()}
 
     def call(prompts, max_new_tokens: int, seed: int) -> list[dict]:

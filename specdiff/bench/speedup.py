@@ -43,7 +43,7 @@ def speedup(settings, tuning: dict | None = None, say=None) -> dict:
         if kind not in references:
             raise ValueError(f"batch_drafters names {kind!r}, which is not measured (drafters: {', '.join(references)})")
     cache, verifier, suite = _setup(settings)
-    llama_rows, skipped, shipped = llama.plan(settings, say)  # before the tuning: a missing package is said now
+    llama_rows, skipped, shipped = llama.plan(settings, suite.test[0].ids, say)  # before the tuning
     for what, why in skipped.items():
         say(f"{what} rows skipped: {why}")
     say(estimate(settings, references, suite, verifier, tuned=tuning is not None))
@@ -89,7 +89,9 @@ def speedup(settings, tuning: dict | None = None, say=None) -> dict:
 
         methods.update(compiled_rows(plain_rows, compilable, verifier, cache, suite.test, settings))
     if llama_rows:
-        methods.update(llama.methods(llama_rows, verifier, suite.test, settings))
+        from specdiff.engine.generate import eos_token_ids
+
+        methods.update(llama.methods(llama_rows, eos_token_ids(verifier.model, None), suite.test, settings))
     records = measure(methods, suite.test, settings.max_new_tokens, settings.repeats, settings.seed, say, phase="test")
     greedy = verifier.temperature == 0
     reference = [r["ids"] for r in records[hf.name]] if greedy else None
