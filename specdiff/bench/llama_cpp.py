@@ -58,6 +58,7 @@ if mode == "probe":
         if len(tokens) == 2:
             break
     print(json.dumps({"file_type": int(engine.metadata.get("general.file_type", -1)), "tokens": tokens}))
+    engine.close()
 else:
     import ctypes
     params = llama_cpp.llama_model_quantize_default_params()
