@@ -5,9 +5,11 @@ Greedy, batch 1, the bench's held-out test prompts (`real_test.jsonl`) or any pr
 verifier's chat template (as the bench does), interleaved per prompt (plain, then lookup, the order swapped on
 every other prompt) after one warm-up call each. The GGUF is the file `specdiff models fetch` keeps
 (SmolLM2-135M-Instruct in Q4_1: llama.cpp runs it 4-bit; specdiff runs it dequantised), so the two runtimes
-decode different arithmetic: compare ratios within a runtime, and absolute tokens/s across them.
+decode different arithmetic: compare ratios within a runtime, and absolute tokens/s across them. The GGUF is found
+by `specdiff.bench.llama_cpp.gguf_path`; `bench speedup --set llama_cpp=["gguf","q8_0","q4_0"]` measures llama.cpp's
+plain decoding as rows of the bench itself (`specdiff.bench.llama_cpp`).
 
-    pip install llama-cpp-python   # no binary wheel: builds llama.cpp (cmake, a C++ compiler)
+    pip install "specdiff[llama]"   # llama-cpp-python: no binary wheel: builds llama.cpp (cmake, a C++ compiler)
     python tools/llama_cpp_bench.py --problems 20 --out docs/results/real_test/llama_cpp_greedy_seed0.json
 """
 from __future__ import annotations
@@ -32,19 +34,20 @@ def main(argv=None) -> int:
     parser.add_argument("--lookup-tokens", type=int, default=10, help="LlamaPromptLookupDecoding's num_pred_tokens")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
-    try:
-        import llama_cpp
-        from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
-    except ImportError as error:
-        raise SystemExit(f"llama-cpp-python is not installed ({error}): pip install llama-cpp-python")
+    from specdiff.bench import llama_cpp as bench_llama
+
+    missing = bench_llama.missing_package()
+    if missing is not None:
+        raise SystemExit(missing)
+    import llama_cpp
+    from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
     from transformers import AutoTokenizer
 
-    from specdiff.checkpoints import require
-
-    folder = require(args.verifier)
-    gguf = folder / "gguf" / "source.gguf"
-    if not gguf.exists():
-        raise SystemExit(f"{gguf} is missing: run `specdiff models fetch {args.verifier}`")
+    try:
+        gguf = bench_llama.gguf_path(args.verifier)  # the verifier's GGUF, found as `bench speedup` finds it
+    except FileNotFoundError as error:
+        raise SystemExit(str(error))
+    folder = gguf.parents[1]
     tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
     lines = [json.loads(line) for line in args.prompts_file.read_text().splitlines() if line.strip()]
     chosen = lines[args.first_problem:args.first_problem + args.problems]

@@ -1,22 +1,27 @@
 """The compiled rows of `bench speedup` (`--compile`, issue 53), measured beside the eager ones in the same run:
 
 - `ar_compiled`: plain decoding through the compiled verifier (`baselines.verifier_generate`: the chunk-1 graph);
-- `spec_<kind>_compiled`: each drafter's tuned row with its verifier compiled (the chunk B + 1 graph);
+- `spec_<kind>_compiled`: each drafter's tuned row (and its adaptive row) with its verifier compiled (the chunk
+  B + 1 graph);
 - `ar_batch<N>_compiled`, `spec_<kind>_batch<N>_compiled`: the batch rows, compiled.
 
-One `CompiledVerifier` per (block size, batch): rows that share one share its graphs. Each is reserved, before
-anything runs, for the longest measured prompt plus max_new_tokens and a chunk, so the timer's warm-up call
+Which rows are compiled is said by the caller as `bench.rows.Row` values (the eager rows, each with its RunConfig);
+a compiled row is the same Row with `compiled=True`, and its name comes from that value (nothing reads a row's
+name). One `CompiledVerifier` per (block size, batch): rows that share one share its graphs. Each is reserved,
+before anything runs, for the longest measured prompt plus max_new_tokens and a chunk, so the timer's warm-up call
 compiles (or loads from the inductor cache) the graphs the timed calls use; their seconds are in the row's config
 as `compile_s`. Draft trees and the effort and leniency rows stay eager.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 from specdiff.bench.methods import Method
 
 
-def compiled_rows(configs: dict, verifier, cache, prompts: list, settings) -> dict[str, Method]:
-    """{row name: Method} for `ar_compiled`, the batch rows' plain decoding, and every `spec_<kind>` and
-    `spec_<kind>_batch<N>` of configs (name -> RunConfig), compiled."""
+def compiled_rows(plain: list, speculative: dict, verifier, cache, prompts: list, settings) -> dict[str, Method]:
+    """{compiled row name: Method} of the plain rows `plain` ([Row]: `ar`, `ar_batch<N>`) and the speculative rows
+    `speculative` ({Row: RunConfig}: the tuned, adaptive and batch rows), each compiled."""
     longest = max(len(prompt.ids) for prompt in prompts) + settings.max_new_tokens
     verifiers = {}
 
@@ -28,13 +33,13 @@ def compiled_rows(configs: dict, verifier, cache, prompts: list, settings) -> di
             verifiers[block, batch].reserve(longest + block + 1, batch)  # a last, partial batch: the same graph
         return verifiers[block, batch]
 
-    rows = {"ar_compiled": _plain(compiled_verifier(0, 1), "ar_compiled", 1)}
-    rows.update({f"ar_batch{n}_compiled": _plain(compiled_verifier(0, n), f"ar_batch{n}_compiled", n)
-                 for n in settings.batch_sizes})
-    for name, config in configs.items():
-        if name.startswith("spec_") and config.tree_budget is None and config.rule == "lossless" and " " not in name:
-            batch = int(config.batch_size or 1)
-            rows[f"{name}_compiled"] = _speculative(config, cache, compiled_verifier(int(config.block_size), batch))
+    rows = {}
+    for row in plain:
+        name = replace(row, compiled=True).name
+        rows[name] = _plain(compiled_verifier(0, row.batch), name, row.batch)
+    for row, config in speculative.items():
+        name = replace(row, compiled=True).name
+        rows[name] = _speculative(config, name, cache, compiled_verifier(int(config.block_size), row.batch))
     return rows
 
 
@@ -55,7 +60,7 @@ def _plain(verifier, name: str, batch: int) -> Method:
     return Method(name, True, call, batch, config)
 
 
-def _speculative(config, cache, verifier) -> Method:
+def _speculative(config, name: str, cache, verifier) -> Method:
     import copy
 
     import torch
@@ -63,7 +68,7 @@ def _speculative(config, cache, verifier) -> Method:
     from specdiff.runs import build_generator
 
     config = copy.copy(config)
-    config.name = f"{config.name}_compiled"
+    config.name = name
     generator = build_generator(config, cache)
     if not generator.exact and config.proposal == "marginal" and generator.rule.lossless:
         config.proposal = "point_mass"

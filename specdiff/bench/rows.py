@@ -1,13 +1,17 @@
 """A bench row as a value (issue 52, item 3): what it runs, and from that its JSON name.
 
 A `Row` holds its method ("plain": specdiff's plain decoding; "hf", "hf_lookup", "hf_assisted": transformers'
-generate; "spec": a specdiff drafter), its drafter (kind and reference), B, the batch, the tree's node budget,
-whether a run-time controller drives it and, for the tradeoff rows, its effort K and leniency rule. Its `name` is
-the key under which the report writes it, exactly as scripts read them: `ar` and `ar_batch<N>` (plain decoding),
-`hf`, `hf_lookup`, `hf_assisted`, `spec_<kind>`, `spec_<kind>_adaptive`, `spec_<kind>_batch<N>`,
-`spec_<kind>_tree` (a tree's tuning group), `spec_<kind>_tree<N>`, and the tradeoff rows `spec_<kind> K=<k>`
-and `spec_<kind> <rule> <value>[ K=<k>]`. Names are only ever written from a Row; nothing parses one back: code that holds a row
-asks its config (`is_plain`), and code that wants a row builds its Row.
+generate; "spec": a specdiff drafter; "llama_cpp": llama.cpp's plain decoding of the verifier's GGUF, `bench.llama_cpp`),
+its drafter (kind and reference), B, the batch, the tree's node budget, whether a run-time controller drives it,
+for the tradeoff rows its effort K and leniency rule, whether its verifier is compiled (`bench.compiled`) and a
+llama.cpp row's quantisation type (`quant`: "q4_1", "q8_0", ...). Its `name` is the key under which the report
+writes it, exactly as scripts read them: `ar` and `ar_batch<N>` (plain decoding), `hf`, `hf_lookup`,
+`hf_assisted`, `spec_<kind>`, `spec_<kind>_adaptive`, `spec_<kind>_batch<N>`, `spec_<kind>_tree` (a tree's tuning
+group), `spec_<kind>_tree<N>`, the tradeoff rows `spec_<kind> K=<k>` and `spec_<kind> <rule> <value>[ K=<k>]`,
+`llama_cpp_<quant>`; a compiled row's name is its eager row's with `_compiled` appended (`ar_compiled`,
+`ar_batch<N>_compiled`, `spec_<kind>_compiled`, `spec_<kind>_batch<N>_compiled`). Names are only ever written
+from a Row; nothing parses one back: code that holds a row asks its config (`is_plain`), and code that wants a row
+builds its Row.
 """
 from __future__ import annotations
 
@@ -19,7 +23,7 @@ HF = "hf"
 
 @dataclass(frozen=True)
 class Row:
-    method: str = "spec"  # "plain", "hf", "hf_lookup", "hf_assisted" or "spec"
+    method: str = "spec"  # "plain", "hf", "hf_lookup", "hf_assisted", "spec" or "llama_cpp"
     kind: str | None = None  # a spec row's drafter kind
     drafter: str | None = None  # its drafter reference (a zoo name, distilled drafter, folder, "lookup")
     block: int | None = None  # B, where the row fixes it
@@ -28,9 +32,16 @@ class Row:
     adaptive: bool = False  # a run-time controller chooses the effort and the draft length
     steps: int | None = None  # a tradeoff row's effort K (None: the tuned one)
     rule: str | None = None  # a leniency row's rule and value ("linear 0.2"; None: lossless)
+    compiled: bool = False  # its verifier is compiled (`engine.compiled.CompiledVerifier`): `<eager name>_compiled`
+    quant: str | None = None  # a llama.cpp row's quantisation type ("q4_1", "q8_0", "q4_0")
 
     @property
     def name(self) -> str:
+        return f"{self._eager_name()}_compiled" if self.compiled else self._eager_name()
+
+    def _eager_name(self) -> str:
+        if self.method == "llama_cpp":
+            return f"llama_cpp_{self.quant}"
         if self.method == "plain":
             return PLAIN if self.batch == 1 else f"{PLAIN}_batch{self.batch}"
         if self.method != "spec":
@@ -58,6 +69,11 @@ def spec(kind: str, drafter: str | None = None, **fields) -> Row:
 def hf(method: str = HF) -> Row:
     """transformers' rows: "hf", "hf_lookup" or "hf_assisted"."""
     return Row(method)
+
+
+def llama_cpp(quant: str) -> Row:
+    """llama.cpp's plain decoding of the verifier's GGUF in quantisation type `quant` ("q4_1", "q8_0", ...)."""
+    return Row("llama_cpp", quant=quant)
 
 
 def is_plain(row: dict) -> bool:

@@ -99,6 +99,12 @@ class Settings:
                               "each token, an approximation")
     compile: bool = _f(False, "also measure compiled rows (ar_compiled, spec_<kind>_compiled, the batch rows "
                        "compiled: `bench.compiled`); `--set compile=true` (bench speedup keeps to 16 options)")
+    llama_cpp: list = _f([], "llama.cpp's plain decoding of the verifier's GGUF as rows llama_cpp_<quant>: \"gguf\" (the "
+                         "file as shipped) and quants made from it (\"q8_0\", \"q4_0\", ...; `bench.llama_cpp`); needs "
+                         "pip install \"specdiff[llama]\", else the rows are skipped, saying why ([]: none)")
+    verify_ks: list = _f([], "after the rows: verify(k) at each k, eager (and compiled with compile), and plain "
+                         "decoding's fraction of the weight-streaming floor (the report's `steps`: `bench.steps`; "
+                         "[]: none)")
     kinds: dict = _f({}, "per-kind grid tables ({NAME = {blocks = [...], ...}})")
     user_set: tuple = field(default=(), metadata={"help": "", "flag": False, "internal": True})
 
@@ -231,6 +237,14 @@ def _check(settings: Settings) -> None:
             raise ValueError(f"--leniency: expected RULE:VALUE with RULE linear, typical, tv or cactus, got {entry!r}")
     if not settings.leniency_steps or any(not isinstance(k, int) or k < 1 for k in settings.leniency_steps):
         raise ValueError(f"leniency_steps: expected a list of K >= 1, got {settings.leniency_steps!r}")
+    from specdiff.bench.llama_cpp import QUANTS, SHIPPED
+
+    for entry in settings.llama_cpp:
+        if entry != SHIPPED and entry not in QUANTS:
+            raise ValueError(f"llama_cpp: expected entries \"{SHIPPED}\" (the GGUF as shipped) or a quant "
+                             f"({', '.join(QUANTS)}), got {entry!r}")
+    if any(not isinstance(k, int) or isinstance(k, bool) or k < 1 for k in settings.verify_ks):
+        raise ValueError(f"verify_ks: expected a list of k >= 1, got {settings.verify_ks!r}")
     if settings.dtype not in (None, "float32", "bfloat16"):
         raise ValueError(f"--dtype: expected float32 or bfloat16, got {settings.dtype!r}")
     for name in ("problems", "tune_problems", "repeats", "max_new_tokens", "threads", "tune_repeats"):

@@ -10,11 +10,20 @@ prompts (`timer.measure`), then the report (`report.report`). Rows:
   `spec_<kind>_batch<N>` (the first drafter or `batch_drafters`, at each of `batch_sizes`) beside `ar_batch<N>`
   (plain decoding at that batch); `spec_<kind>_tree<N>` (a drafter's tuned
   configuration with draft trees of N nodes, the budget of `trees` chosen on validation; every budget of `trees`
-  when the tuning file has no choice); the effort and leniency rows of `tradeoffs`.
+  when the tuning file has no choice); the effort and leniency rows of `tradeoffs`;
+- with `compile`: `ar_compiled`, `ar_batch<N>_compiled`, `spec_<kind>_compiled` (and its adaptive row) and
+  `spec_<kind>_batch<N>_compiled` (`compiled`);
+- with `llama_cpp`: `llama_cpp_<quant>`, llama.cpp's plain decoding of the verifier's GGUF (`llama_cpp`), checked
+  before the tuning; rows that cannot be measured are skipped, saying why (the report's `skipped`), and each
+  lossless specdiff row gets its tokens/s over the shipped GGUF's row (`vs_llama_cpp_<quant>`).
+After the rows, with `verify_ks`: the report's `steps`, verify(k) and the weight-streaming floor (`steps`).
 `estimate` says, before anything is tuned, about how long the run takes.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
+from specdiff.bench import llama_cpp as llama
 from specdiff.bench import methods as rows_
 from specdiff.bench import report as report_
 from specdiff.bench import rows as named
@@ -34,6 +43,9 @@ def speedup(settings, tuning: dict | None = None, say=None) -> dict:
         if kind not in references:
             raise ValueError(f"batch_drafters names {kind!r}, which is not measured (drafters: {', '.join(references)})")
     cache, verifier, suite = _setup(settings)
+    llama_rows, skipped, shipped = llama.plan(settings, suite.test[0].ids, say)  # before the tuning
+    for what, why in skipped.items():
+        say(f"{what} rows skipped: {why}")
     say(estimate(settings, references, suite, verifier, tuned=tuning is not None))
     tuning = tuning or tuner.tune(references, settings, suite, cache, verifier, say)
     chosen = tuning["chosen"]
@@ -48,16 +60,19 @@ def speedup(settings, tuning: dict | None = None, say=None) -> dict:
         methods[assisted.name] = rows_.hf(verifier, assisted.name,
                                           assistant_model=load_assistant(assistant, verifier, cache),
                                           config={"assistant_model": assistant})
-    tuned = {named.spec(kind, reference).name: kind for kind, reference in references.items()}
-    tuned.update({named.spec(kind, reference, adaptive=True).name: kind for kind, reference in references.items()})
-    configs = {row: RunConfig(**{**chosen[row]["config"], "name": row}) for row in chosen if row in tuned}
-    methods.update({row.name: rows_.plain(verifier, row.name, row.batch)
-                    for row in (named.plain(n) for n in settings.batch_sizes)})
+    tuned = [named.spec(kind, reference, adaptive=adaptive) for kind, reference in references.items()
+             for adaptive in (False, True)]
+    configs = {row.name: RunConfig(**{**chosen[row.name]["config"], "name": row.name})
+               for row in tuned if row.name in chosen}
+    compilable = {row: configs[row.name] for row in tuned if row.name in configs}  # the rows `compile` compiles
+    plain_rows = [plain] + [named.plain(n) for n in settings.batch_sizes]
+    methods.update({row.name: rows_.plain(verifier, row.name, row.batch) for row in plain_rows[1:]})
     for kind in settings.batch_drafters or [next(iter(references))]:  # a batched row's ratio is over ar_batch<N>
         for n in settings.batch_sizes:
             row = named.spec(kind, references[kind], batch=n)
             configs[row.name] = RunConfig(**{**chosen[named.spec(kind).name]["config"], "batch_size": n,
                                              "name": row.name})
+            compilable[row] = configs[row.name]
     for kind in tuner.tree_kinds(references, settings):  # the budget chosen on validation (else each budget)
         fixed = chosen.get(named.spec(kind).name)
         tree = chosen.get(named.spec(kind, tree=0).name)
@@ -72,7 +87,11 @@ def speedup(settings, tuning: dict | None = None, say=None) -> dict:
     if settings.compile:  # the compiled rows beside the eager ones (`bench.compiled`)
         from specdiff.bench.compiled import compiled_rows
 
-        methods.update(compiled_rows(configs, verifier, cache, suite.test, settings))
+        methods.update(compiled_rows(plain_rows, compilable, verifier, cache, suite.test, settings))
+    if llama_rows:
+        from specdiff.engine.generate import eos_token_ids
+
+        methods.update(llama.methods(llama_rows, eos_token_ids(verifier.model, None), suite.test, settings))
     records = measure(methods, suite.test, settings.max_new_tokens, settings.repeats, settings.seed, say, phase="test")
     greedy = verifier.temperature == 0
     reference = [r["ids"] for r in records[hf.name]] if greedy else None
@@ -93,7 +112,17 @@ def speedup(settings, tuning: dict | None = None, say=None) -> dict:
         rows[name].update(tradeoffs.agreement(config, cache, suite.test, settings.max_new_tokens, settings.seed))
         if config.rule != "lossless":
             rows[name]["rule"] = f"{config.rule} {config.leniency:g}"
-    return report_.report(rows, tuning, references, settings, suite, verifier, steps_kinds)
+    versus = llama.compare(rows, llama_rows, shipped) if llama_rows else {}
+    report = report_.report(rows, tuning, references, settings, suite, verifier, steps_kinds)
+    report.update(versus)
+    if skipped:
+        report["skipped"] = skipped
+    if settings.verify_ks:  # after the rows, in the same process (`bench.steps`)
+        from specdiff.bench.steps import steps
+
+        say(f"steps: verify(k) at k = {', '.join(map(str, settings.verify_ks))} and the weight-streaming floor")
+        report["steps"] = steps(verifier.model, settings.verify_ks, compile=settings.compile, say=say)
+    return report
 
 
 def tune(settings, say=None) -> dict:
@@ -206,7 +235,9 @@ def estimate(settings, references: dict, suite, verifier, tuned: bool = False) -
 
 def planned_rows(settings, references: dict) -> list:
     """The rows a run measures (`bench.rows.Row`), as far as they are known before tuning: a tree's node budget
-    and a tradeoff row at the tuned K are chosen on validation (each tree kind counts once, every tradeoff K)."""
+    and a tradeoff row at the tuned K are chosen on validation (each tree kind counts once, every tradeoff K); the
+    compiled rows with `compile`; the llama.cpp rows of `llama_cpp` (its "gguf" entry stands for the shipped
+    file's quant, known once the file is read)."""
     controlled = [kind for kind in references if not settings.controlled_kinds
                   or settings.controlled_kinds in _spec(kind).effort]
     plan = [named.plain(), named.hf()]
@@ -220,6 +251,10 @@ def planned_rows(settings, references: dict) -> list:
         plan.append(named.plain(n))
         plan += [named.spec(kind, references.get(kind), batch=n)
                  for kind in settings.batch_drafters or [next(iter(references))]]
+    if settings.compile:  # the compiled rows (`compiled`): plain decoding, the tuned, adaptive and batch rows
+        plan += [replace(row, compiled=True) for row in plan if row.method == "plain"
+                 or (row.method == "spec" and row.tree is None and row.steps is None and row.rule is None)]
+    plan += [named.llama_cpp(str(entry)) for entry in settings.llama_cpp]  # "gguf": the shipped file's quant
     plan += [named.spec(kind, references[kind], tree=0) for kind in tuner.tree_kinds(references, settings)]
     for kind in (kind for kind in references if "steps" in _spec(kind).effort):
         plan += [named.spec(kind, references[kind], steps=k) for k in settings.tradeoff_steps]
