@@ -43,6 +43,29 @@ def compiled_rows(plain: list, speculative: dict, verifier, cache, prompts: list
     return rows
 
 
+def tuning_candidates(verifier, cache, prompts: list, max_new_tokens: int):
+    """The tuner's maker of compiled candidates (`bench tune` with `compile`): RunConfig -> Method, the drafter's
+    rounds on a compiled copy of `verifier`, one per B (candidates of one B share its graphs), reserved for the
+    longest validation prompt. The Method's config is the RunConfig's own, so that the tuning file stays a file of
+    RunConfigs (the tuning says `compiled` once)."""
+    from dataclasses import replace as replace_method
+
+    longest = max(len(prompt.ids) for prompt in prompts) + max_new_tokens
+    verifiers = {}
+
+    def make(config) -> Method:
+        block = int(config.block_size)
+        if block not in verifiers:
+            from specdiff.engine.compiled import CompiledVerifier
+
+            verifiers[block] = CompiledVerifier.of(verifier)
+            verifiers[block].reserve(longest + block + 1, int(config.batch_size or 1))
+        method = _speculative(config, config.name, cache, verifiers[block])
+        return replace_method(method, config=config.as_dict())
+
+    return make
+
+
 def _plain(verifier, name: str, batch: int) -> Method:
     import torch
 
@@ -81,7 +104,8 @@ def _speculative(config, name: str, cache, verifier) -> Method:
         share = 1 / len(prompts)
         return [{"ids": ids, "rounds": stats.rounds, "accepted": sum(stats.accepted),
                  "draft_s": out.summary.draft_s * share, "forward_s": out.summary.forward_s * share,
-                 "verify_s": out.summary.verify_s * share, "prefill_s": out.summary.prefill_s * share} for ids, stats in zip(out.token_ids, out.stats)]
+                 "verify_s": out.summary.verify_s * share, "prefill_s": out.summary.prefill_s * share}
+                for ids, stats in zip(out.token_ids, out.stats)]
 
     return Method(config.name, generator.exact, call, config.batch_size,
                   {**config.as_dict(), "compiled": True, "compile_s": verifier.compile_s})

@@ -12,7 +12,10 @@ Terms:
 - a tuning (what `tune` returns and `specdiff bench tune` writes): {"chosen": {row: {config, exact,
   validation_tokens_per_s, validation_tokens_per_round}}, "grid": every candidate's figures, "references":
   {kind: drafter}, "verifier", "on", "prompts", ...}; `specdiff bench speedup --tuning FILE` measures its
-  chosen configurations without tuning.
+  chosen configurations without tuning;
+- with `compile` (issue 53) the drafters' candidates run on the compiled verifier (`compiled.tuning_candidates`), so
+  B is chosen for the rounds the compiled rows run (the eager rows then run the same choice); the tuning says
+  `compiled` (inductor's mode). Draft trees stay eager.
 """
 from __future__ import annotations
 
@@ -36,10 +39,17 @@ def tune(references: dict, settings, suite, cache, verifier, say=None) -> dict:
     tuning = {"chosen": {}, "grid": [], "references": dict(references), "verifier": settings.verifier,
               "on": suite.tuned_on, "max_new_tokens": settings.tune_max_new_tokens or settings.max_new_tokens,
               "repeats": settings.tune_repeats, "tie_tolerance": TIE_TOLERANCE}
+    make = (lambda config: rows.speculative(config, cache))  # noqa: E731
+    if settings.compile:  # candidates measured on the compiled verifier: the rounds its rows will run
+        from specdiff.bench.compiled import tuning_candidates
+        from specdiff.engine.compiled import compile_mode
+
+        make = tuning_candidates(verifier, cache, suite.validation, tuning["max_new_tokens"])
+        tuning["compiled"] = compile_mode()
     methods, groups = {}, {}
     for kind, reference in references.items():
         for config in candidates(kind, reference, settings):
-            methods[config.name], groups[config.name] = rows.speculative(config, cache), named.spec(kind).name
+            methods[config.name], groups[config.name] = make(config), named.spec(kind).name
     for n in settings.hf_lookup_tokens:
         name = f"hf prompt lookup N={n}"
         methods[name] = rows.hf(verifier, name, prompt_lookup_num_tokens=n,
@@ -51,13 +61,14 @@ def tune(references: dict, settings, suite, cache, verifier, say=None) -> dict:
         tuned = RunConfig(**tuning["chosen"][named.spec(kind).name]["config"])
         group = named.spec(kind, adaptive=True).name
         for config in adaptive_candidates(kind, reference, tuned, settings, controllers_of(settings, kind, index)):
-            methods[config.name], groups[config.name] = rows.speculative(config, cache), group
+            methods[config.name], groups[config.name] = make(config), group
     if methods:
         _run(methods, groups, suite, settings, tuning, say, "tune adaptive")
     methods, groups = {}, {}
     for kind in tree_kinds(references, settings) if len(settings.trees) > 1 else []:  # one budget: no choice
         for config in tree_candidates(kind, RunConfig(**tuning["chosen"][named.spec(kind).name]["config"]), settings):
             methods[config.name], groups[config.name] = rows.speculative(config, cache), named.spec(kind, tree=0).name
+            # trees stay eager: the compiled verifier scores no trees
     if methods:
         _run(methods, groups, suite, settings, tuning, say, "tune trees")
     tuning.update(prompts=len(suite.validation), kinds=sorted({p.kind for p in suite.validation}))
