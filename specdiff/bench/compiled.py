@@ -22,17 +22,7 @@ from specdiff.bench.methods import Method
 def compiled_rows(plain: list, speculative: dict, verifier, cache, prompts: list, settings) -> dict[str, Method]:
     """{compiled row name: Method} of the plain rows `plain` ([Row]: `ar`, `ar_batch<N>`) and the speculative rows
     `speculative` ({Row: RunConfig}: the tuned, adaptive and batch rows), each compiled."""
-    longest = max(len(prompt.ids) for prompt in prompts) + settings.max_new_tokens
-    verifiers = {}
-
-    def compiled_verifier(block: int, batch: int):
-        if (block, batch) not in verifiers:
-            from specdiff.engine.compiled import CompiledVerifier
-
-            verifiers[block, batch] = CompiledVerifier.of(verifier)
-            verifiers[block, batch].reserve(longest + block + 1, batch)  # a last, partial batch: the same graph
-        return verifiers[block, batch]
-
+    compiled_verifier = _compiled_verifiers(verifier, prompts, settings.max_new_tokens)
     rows = {}
     for row in plain:
         name = replace(row, compiled=True).name
@@ -45,25 +35,35 @@ def compiled_rows(plain: list, speculative: dict, verifier, cache, prompts: list
 
 def tuning_candidates(verifier, cache, prompts: list, max_new_tokens: int):
     """The tuner's maker of compiled candidates (`bench tune` with `compile`): RunConfig -> Method, the drafter's
-    rounds on a compiled copy of `verifier`, one per B (candidates of one B share its graphs), reserved for the
-    longest validation prompt. The Method's config is the RunConfig's own, so that the tuning file stays a file of
-    RunConfigs (the tuning says `compiled` once)."""
-    from dataclasses import replace as replace_method
+    rounds on a compiled copy of `verifier`, one per (B, batch) (candidates that share one share its graphs). The
+    Method's config is the RunConfig's own, so that the tuning file stays a file of RunConfigs (the tuning says
+    `compiled` once)."""
+    compiled_verifier = _compiled_verifiers(verifier, prompts, max_new_tokens)
 
+    def make(config) -> Method:
+        method = _speculative(config, config.name, cache,
+                              compiled_verifier(int(config.block_size), int(config.batch_size or 1)))
+        return replace(method, config=config.as_dict())
+
+    return make
+
+
+def _compiled_verifiers(verifier, prompts: list, max_new_tokens: int):
+    """(B, batch) -> the one compiled copy of `verifier` for that pair, reserved before anything runs for the longest
+    prompt plus max_new_tokens and a chunk, and for the batch (a last, partial batch runs in the same slots), so the
+    timer's warm-up call compiles every graph the timed calls use."""
     longest = max(len(prompt.ids) for prompt in prompts) + max_new_tokens
     verifiers = {}
 
-    def make(config) -> Method:
-        block = int(config.block_size)
-        if block not in verifiers:
+    def compiled_verifier(block: int, batch: int):
+        if (block, batch) not in verifiers:
             from specdiff.engine.compiled import CompiledVerifier
 
-            verifiers[block] = CompiledVerifier.of(verifier)
-            verifiers[block].reserve(longest + block + 1, int(config.batch_size or 1))
-        method = _speculative(config, config.name, cache, verifiers[block])
-        return replace_method(method, config=config.as_dict())
+            verifiers[block, batch] = CompiledVerifier.of(verifier)
+            verifiers[block, batch].reserve(longest + block + 1, batch)
+        return verifiers[block, batch]
 
-    return make
+    return compiled_verifier
 
 
 def _plain(verifier, name: str, batch: int) -> Method:

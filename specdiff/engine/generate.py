@@ -157,6 +157,8 @@ class SpeculativeGenerator:
             verifier.reserve(max(len(row) + budget for row, budget in zip(rows, budgets)) + block + 1)
         layers = drafter.verifier_hidden_layers
         drafter.start(ids, key_mask, verifier.start(ids, key_mask, layers))
+        sync = torch.cuda.synchronize if ids.is_cuda else (lambda: None)
+        sync()
         prefilled = time.perf_counter()
         controller = self.controller
         if controller is not None:
@@ -165,7 +167,6 @@ class SpeculativeGenerator:
         stats = [SequenceStats(exact=self.exact, block_size=block) for _ in rows]
         live = list(range(len(rows)))  # original index of each row still in the batch
         totals = {"draft_s": 0.0, "verify_s": 0.0, "forward_s": 0.0, "prefill_s": prefilled - begin}
-        sync = torch.cuda.synchronize if ids.is_cuda else (lambda: None)
         round_index = 0
         while live:
             round_index += 1

@@ -204,3 +204,17 @@ def test_the_llama_cpp_rows_on_the_real_gguf():
         row = figures(records[name], prompts)
         assert row["new_tokens"] > 0 and row["tokens_per_s"] > 0, name
     assert methods["llama_cpp_q8_0"].config["file_bytes"] > methods["llama_cpp_q4_0"].config["file_bytes"]
+
+
+def test_the_round_outside_the_forwards_excludes_the_prefill():
+    """figures(): round_outside_forwards_ms = (seconds - draft - forward - prefill) / rounds; prefill_ms per prompt."""
+    from specdiff.bench.figures import figures
+    from specdiff.runs.prompts import Prompt
+
+    records = [{"ids": [1] * 10, "seconds": 1.0, "cpu_s": 1.0, "rounds": 5, "accepted": 5, "draft_s": 0.2,
+                "forward_s": 0.5, "verify_s": 0.6, "prefill_s": 0.1} for _ in range(2)]
+    prompts = [Prompt(ids=[1], kind="chat", index=i, source="test") for i in range(2)]
+    out = figures(records, prompts)
+    assert out["prefill_ms"] == pytest.approx(100.0)
+    assert out["round_outside_forwards_ms"] == pytest.approx(1000 * (2.0 - 0.4 - 1.0 - 0.2) / 10)
+    assert out["overhead_ms"] == pytest.approx(1000 * (2.0 - 0.4 - 1.0) / 10)
